@@ -1,0 +1,62 @@
+//! Duration strings of the config contract: an integer followed by one unit
+//! (`ms`, `s`, `m`, `h`, `d`), e.g. `"250ms"`, `"10s"`, `"1d"`.
+
+use std::time::Duration;
+
+/// Parses `"250ms"`, `"10s"`, `"1m"`, `"1h"` or `"1d"`; the error says what was expected.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(digits_end);
+    let expected = || {
+        format!(
+            "expected a duration like \"250ms\", \"10s\", \"1m\", \"1h\" or \"1d\", got {text:?}"
+        )
+    };
+    let amount: u64 = number.parse().map_err(|_| expected())?;
+    let millis_per_unit: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return Err(expected()),
+    };
+    amount
+        .checked_mul(millis_per_unit)
+        .map(Duration::from_millis)
+        .ok_or_else(|| format!("duration {text:?} is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_unit() {
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86400)));
+    }
+
+    #[test]
+    fn rejects_what_is_not_a_duration() {
+        for bad in [
+            "",
+            "10",
+            "s",
+            "1.5s",
+            "-1s",
+            "10 sec",
+            "10S",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert!(parse_duration("10x").unwrap_err().contains("\"250ms\""));
+    }
+}

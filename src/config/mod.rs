@@ -1,0 +1,179 @@
+//! The config contract (DESIGN.md §3): the file is parsed into `raw` types, then `validate`
+//! turns it into this typed `Config` or into every problem it found, each with its key path.
+//! Nothing downstream re-validates.
+
+mod duration;
+mod raw;
+mod validate;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use http::Method;
+use http::uri::{Authority, Scheme};
+
+pub use duration::parse_duration;
+
+/// A validated configuration, ready to serve.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where the config came from (a path, or a label for built-in configs); used in messages.
+    pub source: String,
+    pub server: ServerConfig,
+    pub upstreams: Vec<UpstreamConfig>,
+    pub routes: Vec<RouteConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: Vec<SocketAddr>,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub max_header_bytes: usize,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    RoundRobin,
+    LeastRequests,
+}
+
+#[derive(Debug, Clone)]
+pub struct UpstreamConfig {
+    pub name: String,
+    pub servers: Vec<UpstreamServer>,
+    pub balance: Balance,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+    /// How long a server that refused a connection is left out before it is tried again.
+    pub ejection_time: Duration,
+    pub health_check: Option<HealthCheck>,
+}
+
+/// One upstream server: where requests for it are sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamServer {
+    pub scheme: Scheme,
+    pub authority: Authority,
+}
+
+impl fmt::Display for UpstreamServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.scheme, self.authority)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HealthCheck {
+    pub path: String,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub healthy_threshold: u32,
+    pub unhealthy_threshold: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct RouteConfig {
+    pub name: String,
+    /// Lower-case host without port; `None` matches any host.
+    pub host: Option<String>,
+    pub path_prefix: String,
+    /// `None` matches any method.
+    pub methods: Option<Vec<Method>>,
+    /// Index into `Config::upstreams`.
+    pub upstream: usize,
+}
+
+/// One thing wrong with a config, at a key path such as `routes[2].upstream`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+/// Why a config could not be loaded. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read the config file: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: {location}{path}: {message}")]
+    Syntax {
+        file: String,
+        /// `line L, column C: ` when known.
+        location: String,
+        path: String,
+        message: String,
+    },
+    #[error("{}", render_problems(file, problems))]
+    Invalid {
+        file: String,
+        problems: Vec<Problem>,
+    },
+}
+
+fn render_problems(file: &str, problems: &[Problem]) -> String {
+    let lines: Vec<String> = problems
+        .iter()
+        .map(|p| format!("{file}: {}: {}", p.path, p.message))
+        .collect();
+    lines.join("\n")
+}
+
+impl ConfigError {
+    /// The problems found by validation (empty for read and syntax errors).
+    pub fn problems(&self) -> &[Problem] {
+        match self {
+            ConfigError::Invalid { problems, .. } => problems,
+            _ => &[],
+        }
+    }
+}
+
+/// Reads and validates the config file at `path`.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        file: file.clone(),
+        source,
+    })?;
+    parse_str(&text, &file)
+}
+
+/// Parses and validates config text; `source` names it in every message.
+pub fn parse_str(text: &str, source: &str) -> Result<Config, ConfigError> {
+    let raw = parse_raw(text, source)?;
+    validate::validate(raw, source)
+}
+
+fn parse_raw(text: &str, source: &str) -> Result<raw::RawConfig, ConfigError> {
+    let syntax_error = |path: String, error: &toml::de::Error| ConfigError::Syntax {
+        file: source.to_string(),
+        location: error
+            .span()
+            .map(|span| line_and_column(text, span.start))
+            .unwrap_or_default(),
+        path,
+        message: error.message().trim().to_string(),
+    };
+    let deserializer =
+        toml::Deserializer::parse(text).map_err(|e| syntax_error("(top)".into(), &e))?;
+    serde_path_to_error::deserialize(deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        syntax_error(if path == "." { "(top)".into() } else { path }, e.inner())
+    })
+}
+
+fn line_and_column(text: &str, offset: usize) -> String {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    format!("line {line}, column {column}: ")
+}

@@ -1,0 +1,73 @@
+//! The config file as written: serde types that reject unknown keys. Values stay close to the
+//! text (durations as strings) so `validate` can report every problem with its key path.
+
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub upstreams: Vec<RawUpstream>,
+    #[serde(default)]
+    pub routes: Vec<RawRoute>,
+    // Sections of the contract that later work builds. They are accepted by the parser only so
+    // that `validate` can say "not supported yet" instead of "unknown key".
+    pub admin: Option<toml::Value>,
+    pub client_ip: Option<toml::Value>,
+    pub ip_lists: Option<toml::Value>,
+    pub edge: Option<toml::Value>,
+    pub store: Option<toml::Value>,
+    pub limits: Option<toml::Value>,
+    pub plans: Option<toml::Value>,
+    pub response: Option<toml::Value>,
+    pub log: Option<toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawServer {
+    pub listen: Option<Vec<String>>,
+    pub header_read_timeout: Option<String>,
+    pub idle_timeout: Option<String>,
+    pub max_connections: Option<i64>,
+    pub max_header_bytes: Option<i64>,
+    pub shutdown_grace: Option<String>,
+    pub tls: Option<toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawUpstream {
+    pub name: String,
+    pub servers: Vec<String>,
+    pub balance: Option<String>,
+    pub connect_timeout: Option<String>,
+    pub response_timeout: Option<String>,
+    pub ejection_time: Option<String>,
+    pub health_check: Option<RawHealthCheck>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHealthCheck {
+    pub path: String,
+    pub interval: Option<String>,
+    pub timeout: Option<String>,
+    pub healthy_threshold: Option<i64>,
+    pub unhealthy_threshold: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRoute {
+    pub name: String,
+    pub host: Option<String>,
+    pub path_prefix: Option<String>,
+    pub methods: Option<Vec<String>>,
+    pub upstream: String,
+    pub limits: Option<toml::Value>,
+    pub cost: Option<toml::Value>,
+    pub max_in_flight: Option<toml::Value>,
+}

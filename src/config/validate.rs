@@ -1,0 +1,406 @@
+//! Raw config → typed `Config`, collecting every problem with its key path.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Method;
+use http::uri::{Scheme, Uri};
+
+use super::raw::{RawConfig, RawHealthCheck, RawRoute, RawServer, RawUpstream};
+use super::{
+    Balance, Config, ConfigError, HealthCheck, Problem, RouteConfig, ServerConfig, UpstreamConfig,
+    UpstreamServer, parse_duration,
+};
+
+/// Sections of DESIGN.md §3 that this build does not implement yet.
+const NOT_YET: &str = "not supported yet in this version of ratelimit-proxy; remove the section";
+
+#[derive(Default)]
+struct Problems(Vec<Problem>);
+
+impl Problems {
+    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(Problem {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// A duration at `path`, or `default` when absent; records a problem when unparsable.
+    fn duration(&mut self, path: String, value: Option<&str>, default: Duration) -> Duration {
+        match value.map(parse_duration) {
+            None => default,
+            Some(Ok(d)) if d.is_zero() => {
+                self.push(path, "expected a duration greater than zero");
+                default
+            }
+            Some(Ok(d)) => d,
+            Some(Err(message)) => {
+                self.push(path, message);
+                default
+            }
+        }
+    }
+
+    /// A whole number in `range` at `path`, or `default` when absent.
+    fn number(&mut self, path: String, value: Option<i64>, range: (i64, i64), default: i64) -> i64 {
+        match value {
+            None => default,
+            Some(n) if n >= range.0 && n <= range.1 => n,
+            Some(n) => {
+                self.push(
+                    path,
+                    format!(
+                        "expected a whole number from {} to {}, got {n}",
+                        range.0, range.1
+                    ),
+                );
+                default
+            }
+        }
+    }
+}
+
+pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigError> {
+    let mut problems = Problems::default();
+    reject_unbuilt_sections(&raw, &mut problems);
+    let server = server(&raw.server, &mut problems);
+    let upstreams: Vec<UpstreamConfig> = raw
+        .upstreams
+        .iter()
+        .enumerate()
+        .map(|(i, u)| upstream(u, &format!("upstreams[{i}]"), &mut problems))
+        .collect();
+    let upstream_index = unique_names(
+        upstreams.iter().map(|u| u.name.as_str()),
+        "upstreams",
+        &mut problems,
+    );
+    let routes: Vec<RouteConfig> = raw
+        .routes
+        .iter()
+        .enumerate()
+        .map(|(i, r)| route(r, &format!("routes[{i}]"), &upstream_index, &mut problems))
+        .collect();
+    unique_names(
+        routes.iter().map(|r| r.name.as_str()),
+        "routes",
+        &mut problems,
+    );
+    if routes.is_empty() {
+        problems.push("routes", "expected at least one [[routes]] entry");
+    }
+    if problems.0.is_empty() {
+        Ok(Config {
+            source: source.to_string(),
+            server,
+            upstreams,
+            routes,
+        })
+    } else {
+        Err(ConfigError::Invalid {
+            file: source.to_string(),
+            problems: problems.0,
+        })
+    }
+}
+
+fn reject_unbuilt_sections(raw: &RawConfig, problems: &mut Problems) {
+    let sections = [
+        ("admin", raw.admin.is_some()),
+        ("client_ip", raw.client_ip.is_some()),
+        ("ip_lists", raw.ip_lists.is_some()),
+        ("edge", raw.edge.is_some()),
+        ("store", raw.store.is_some()),
+        ("limits", raw.limits.is_some()),
+        ("plans", raw.plans.is_some()),
+        ("response", raw.response.is_some()),
+        ("log", raw.log.is_some()),
+        ("server.tls", raw.server.tls.is_some()),
+    ];
+    for (name, present) in sections {
+        if present {
+            problems.push(name, NOT_YET);
+        }
+    }
+}
+
+fn server(raw: &RawServer, problems: &mut Problems) -> ServerConfig {
+    let default_listen = vec!["0.0.0.0:8080".to_string()];
+    let listen_text = raw.listen.as_ref().unwrap_or(&default_listen);
+    if listen_text.is_empty() {
+        problems.push(
+            "server.listen",
+            "expected at least one address such as \"0.0.0.0:8080\"",
+        );
+    }
+    let listen = listen_text
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| match text.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                problems.push(
+                    format!("server.listen[{i}]"),
+                    format!("expected IP:port such as \"0.0.0.0:8080\", got {text:?}"),
+                );
+                None
+            }
+        })
+        .collect();
+    ServerConfig {
+        listen,
+        header_read_timeout: problems.duration(
+            "server.header_read_timeout".into(),
+            raw.header_read_timeout.as_deref(),
+            Duration::from_secs(10),
+        ),
+        idle_timeout: problems.duration(
+            "server.idle_timeout".into(),
+            raw.idle_timeout.as_deref(),
+            Duration::from_secs(60),
+        ),
+        max_connections: problems.number(
+            "server.max_connections".into(),
+            raw.max_connections,
+            (1, 10_000_000),
+            20_000,
+        ) as usize,
+        // hyper's HTTP/1 read buffer cannot be smaller than 8 KiB.
+        max_header_bytes: problems.number(
+            "server.max_header_bytes".into(),
+            raw.max_header_bytes,
+            (8192, 1 << 24),
+            32768,
+        ) as usize,
+        shutdown_grace: problems.duration(
+            "server.shutdown_grace".into(),
+            raw.shutdown_grace.as_deref(),
+            Duration::from_secs(30),
+        ),
+    }
+}
+
+fn upstream(raw: &RawUpstream, path: &str, problems: &mut Problems) -> UpstreamConfig {
+    if raw.servers.is_empty() {
+        problems.push(
+            format!("{path}.servers"),
+            "expected at least one server such as \"http://127.0.0.1:9001\"",
+        );
+    }
+    let servers = raw
+        .servers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| match upstream_server(text) {
+            Ok(server) => Some(server),
+            Err(message) => {
+                problems.push(format!("{path}.servers[{i}]"), message);
+                None
+            }
+        })
+        .collect();
+    let balance = match raw.balance.as_deref() {
+        None | Some("round_robin") => Balance::RoundRobin,
+        Some("least_requests") => Balance::LeastRequests,
+        Some(other) => {
+            problems.push(
+                format!("{path}.balance"),
+                format!("expected \"round_robin\" or \"least_requests\", got {other:?}"),
+            );
+            Balance::RoundRobin
+        }
+    };
+    UpstreamConfig {
+        name: raw.name.clone(),
+        servers,
+        balance,
+        connect_timeout: problems.duration(
+            format!("{path}.connect_timeout"),
+            raw.connect_timeout.as_deref(),
+            Duration::from_secs(2),
+        ),
+        response_timeout: problems.duration(
+            format!("{path}.response_timeout"),
+            raw.response_timeout.as_deref(),
+            Duration::from_secs(30),
+        ),
+        ejection_time: problems.duration(
+            format!("{path}.ejection_time"),
+            raw.ejection_time.as_deref(),
+            Duration::from_secs(10),
+        ),
+        health_check: raw
+            .health_check
+            .as_ref()
+            .map(|h| health_check(h, &format!("{path}.health_check"), problems)),
+    }
+}
+
+fn upstream_server(text: &str) -> Result<UpstreamServer, String> {
+    let expected = || format!("expected a URL such as \"http://127.0.0.1:9001\", got {text:?}");
+    let uri: Uri = text.parse().map_err(|_| expected())?;
+    let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
+        return Err(expected());
+    };
+    if *scheme == Scheme::HTTPS {
+        return Err(format!("https upstreams are {NOT_YET}"));
+    }
+    if *scheme != Scheme::HTTP {
+        return Err(format!("expected an http:// URL, got {text:?}"));
+    }
+    if !matches!(uri.path(), "" | "/") || uri.query().is_some() || authority.as_str().contains('@')
+    {
+        return Err(format!(
+            "expected scheme://host:port with no path, query or user, got {text:?}"
+        ));
+    }
+    Ok(UpstreamServer {
+        scheme: scheme.clone(),
+        authority: authority.clone(),
+    })
+}
+
+fn health_check(raw: &RawHealthCheck, path: &str, problems: &mut Problems) -> HealthCheck {
+    if !raw.path.starts_with('/') || raw.path.parse::<http::uri::PathAndQuery>().is_err() {
+        problems.push(
+            format!("{path}.path"),
+            format!("expected a path starting with \"/\", got {:?}", raw.path),
+        );
+    }
+    HealthCheck {
+        path: raw.path.clone(),
+        interval: problems.duration(
+            format!("{path}.interval"),
+            raw.interval.as_deref(),
+            Duration::from_secs(5),
+        ),
+        timeout: problems.duration(
+            format!("{path}.timeout"),
+            raw.timeout.as_deref(),
+            Duration::from_secs(2),
+        ),
+        healthy_threshold: problems.number(
+            format!("{path}.healthy_threshold"),
+            raw.healthy_threshold,
+            (1, 100),
+            2,
+        ) as u32,
+        unhealthy_threshold: problems.number(
+            format!("{path}.unhealthy_threshold"),
+            raw.unhealthy_threshold,
+            (1, 100),
+            2,
+        ) as u32,
+    }
+}
+
+fn route(
+    raw: &RawRoute,
+    path: &str,
+    upstreams: &HashMap<&str, usize>,
+    problems: &mut Problems,
+) -> RouteConfig {
+    for (key, present) in [
+        ("limits", raw.limits.is_some()),
+        ("cost", raw.cost.is_some()),
+        ("max_in_flight", raw.max_in_flight.is_some()),
+    ] {
+        if present {
+            problems.push(format!("{path}.{key}"), NOT_YET);
+        }
+    }
+    let path_prefix = raw.path_prefix.clone().unwrap_or_else(|| "/".to_string());
+    if !path_prefix.starts_with('/') {
+        problems.push(
+            format!("{path}.path_prefix"),
+            format!("expected a path starting with \"/\", got {path_prefix:?}"),
+        );
+    }
+    let upstream = upstreams
+        .get(raw.upstream.as_str())
+        .copied()
+        .unwrap_or_else(|| {
+            let mut known: Vec<&str> = upstreams.keys().copied().collect();
+            known.sort_unstable();
+            problems.push(
+                format!("{path}.upstream"),
+                format!(
+                    "unknown upstream {:?}; expected one of {known:?}",
+                    raw.upstream
+                ),
+            );
+            0
+        });
+    RouteConfig {
+        name: raw.name.clone(),
+        host: raw
+            .host
+            .as_deref()
+            .map(|h| route_host(h, &format!("{path}.host"), problems)),
+        path_prefix,
+        methods: raw
+            .methods
+            .as_ref()
+            .map(|m| methods(m, &format!("{path}.methods"), problems)),
+        upstream,
+    }
+}
+
+fn route_host(text: &str, path: &str, problems: &mut Problems) -> String {
+    if text.is_empty() || text.parse::<http::uri::Authority>().is_err() || text.contains(':') {
+        problems.push(
+            path,
+            format!("expected a host name without port such as \"api.example.com\", got {text:?}"),
+        );
+    }
+    text.to_ascii_lowercase()
+}
+
+fn methods(texts: &[String], path: &str, problems: &mut Problems) -> Vec<Method> {
+    if texts.is_empty() {
+        problems.push(
+            path,
+            "expected at least one method, or no `methods` key to match any",
+        );
+    }
+    texts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| {
+            let upper = text.to_ascii_uppercase();
+            match Method::from_bytes(upper.as_bytes()) {
+                Ok(method) if !upper.is_empty() => Some(method),
+                _ => {
+                    problems.push(
+                        format!("{path}[{i}]"),
+                        format!("expected an HTTP method such as \"GET\", got {text:?}"),
+                    );
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// Maps each name to its index; reports empty and duplicate names under `section`.
+fn unique_names<'a>(
+    names: impl Iterator<Item = &'a str>,
+    section: &str,
+    problems: &mut Problems,
+) -> HashMap<&'a str, usize> {
+    let mut index = HashMap::new();
+    for (i, name) in names.enumerate() {
+        if name.trim().is_empty() {
+            problems.push(format!("{section}[{i}].name"), "expected a non-empty name");
+        } else if let Some(first) = index.insert(name, i) {
+            index.insert(name, first);
+            problems.push(
+                format!("{section}[{i}].name"),
+                format!("duplicate name {name:?}; {section}[{first}] already uses it"),
+            );
+        }
+    }
+    index
+}

@@ -1,0 +1,21 @@
+//! ratelimit-proxy: an edge reverse proxy that sheds abusive traffic before it reaches an API.
+//! See DESIGN.md for the pipeline and the config contract. `main` and the integration tests
+//! both run the gateway through [`serve`] or [`Gateway`].
+
+pub mod config;
+pub mod echo;
+pub mod proxy;
+pub mod request_id;
+pub mod respond;
+pub mod route;
+pub mod server;
+
+use std::future::Future;
+
+pub use config::{Config, ConfigError};
+pub use server::{Gateway, ServeError};
+
+/// Binds the listeners of `config` and serves until `shutdown` completes.
+pub async fn serve(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
+    Gateway::bind(config).await?.serve(shutdown).await
+}

@@ -1,0 +1,170 @@
+//! The `ratelimit-proxy` command: serve, check a config, or run the demo.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+/// An edge reverse proxy that sheds abusive traffic before it reaches an API.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// The config file to serve (or check).
+    #[arg(long, short, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate the config and exit 0 (valid) or 1 (invalid), binding nothing.
+    Check,
+    /// Serve a built-in config in front of a built-in echo upstream on loopback.
+    Demo {
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+    },
+    /// Run only the echo upstream (used by the load scripts under benches/).
+    #[command(hide = true)]
+    Echo {
+        #[arg(long)]
+        listen: SocketAddr,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let result = match cli.command {
+        Some(Command::Check) => check(cli.config),
+        command => run_async(command, cli.config),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn check(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let path = config.context("check needs --config FILE")?;
+    match ratelimit_proxy::config::load(&path) {
+        Ok(config) => {
+            println!(
+                "{}: OK ({} routes, {} upstreams)",
+                config.source,
+                config.routes.len(),
+                config.upstreams.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            eprintln!("{error}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn run_async(command: Option<Command>, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        match command {
+            Some(Command::Demo { listen }) => demo(listen).await,
+            Some(Command::Echo { listen }) => echo(listen).await,
+            _ => serve(config).await,
+        }
+    })
+}
+
+async fn serve(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let path = config.context(
+        "no config given: run `ratelimit-proxy --config gw.toml` (or `ratelimit-proxy demo`)",
+    )?;
+    let config = match ratelimit_proxy::config::load(&path) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("{error}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    ratelimit_proxy::serve(config, shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn demo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
+    let upstream = ratelimit_proxy::echo::spawn("127.0.0.1:0".parse()?)
+        .await
+        .context("cannot start the echo upstream")?;
+    let text = DEMO_CONFIG
+        .replace("{LISTEN}", &listen.to_string())
+        .replace("{UPSTREAM}", &upstream.to_string());
+    let config = ratelimit_proxy::config::parse_str(&text, "built-in demo config")?;
+    let gateway = ratelimit_proxy::Gateway::bind(config).await?;
+    let url = format!("http://{}", gateway.local_addrs()[0]);
+    println!("ratelimit-proxy demo: {url} -> echo upstream at http://{upstream}");
+    println!("  try: curl -i {url}/hello");
+    println!("       oha -z 10s -c 50 {url}/hello");
+    println!("  stop with Ctrl-C");
+    gateway.serve(shutdown_signal()).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn echo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    println!("echo upstream on http://{}", listener.local_addr()?);
+    ratelimit_proxy::echo::serve(listener, shutdown_signal()).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => return interrupt.await.unwrap_or_default(),
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    interrupt.await.unwrap_or_default();
+}
+
+const DEMO_CONFIG: &str = r#"
+[server]
+listen = ["{LISTEN}"]
+shutdown_grace = "5s"
+
+[[upstreams]]
+name = "echo"
+servers = ["http://{UPSTREAM}"]
+
+[[routes]]
+name = "default"
+path_prefix = "/"
+upstream = "echo"
+"#;

@@ -1,0 +1,197 @@
+//! Sending one request to an upstream pool and bringing its response back, streaming both
+//! bodies. A bodiless idempotent request whose connection was refused is retried once on
+//! another server; a 101 answer turns the two connections into a byte tunnel.
+
+use http::header::UPGRADE;
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http_body::Body as _;
+use http_body_util::{Either, Empty};
+use hyper::body::Incoming;
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+
+use super::headers::{self, Forwarded};
+use super::upstream::{UpstreamBody, UpstreamPool};
+use crate::respond::{GatewayError, ResponseBody};
+
+/// Forwards `request` to a server of `pool`.
+pub async fn forward(
+    pool: &UpstreamPool,
+    mut request: Request<Incoming>,
+    forwarded: &Forwarded<'_>,
+) -> Result<Response<ResponseBody>, GatewayError> {
+    let upgrade = headers::wants_upgrade(request.headers()).then(|| {
+        let protocol = request.headers().get(UPGRADE).cloned();
+        (hyper::upgrade::on(&mut request), protocol)
+    });
+    let (mut parts, body) = request.into_parts();
+    let (client_upgrade, protocol) = upgrade.unzip();
+    headers::to_upstream(&mut parts.headers, forwarded, protocol.flatten());
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let retryable =
+        client_upgrade.is_none() && is_idempotent(&parts.method) && body.is_end_stream();
+    // Only a retryable request needs its headers kept for a second attempt.
+    let retry_headers = (retryable && pool.servers.len() > 1).then(|| parts.headers.clone());
+
+    let first = pool.pick(None).ok_or_else(|| no_healthy_server(pool))?;
+    let first_attempt = send(
+        pool,
+        first,
+        parts.method.clone(),
+        path.clone(),
+        parts.headers,
+        Either::Left(body),
+    )
+    .await;
+    let response = match first_attempt {
+        Err(error) if error.is_connect_failure() => {
+            let (Some(headers), Some(second)) = (retry_headers, pool.pick(Some(first))) else {
+                return Err(error);
+            };
+            tracing::debug!(upstream = %pool.name, error = %error, "retrying on another server");
+            send(
+                pool,
+                second,
+                parts.method,
+                path,
+                headers,
+                Either::Right(Empty::new()),
+            )
+            .await?
+        }
+        other => other?,
+    };
+    Ok(client_response(response, client_upgrade))
+}
+
+async fn send(
+    pool: &UpstreamPool,
+    server: usize,
+    method: Method,
+    path: PathAndQuery,
+    headers: HeaderMap,
+    body: UpstreamBody,
+) -> Result<Response<Incoming>, GatewayError> {
+    let target = &pool.servers[server];
+    let uri = Uri::builder()
+        .scheme(target.server.scheme.clone())
+        .authority(target.server.authority.clone())
+        .path_and_query(path)
+        .build()
+        .map_err(|_| GatewayError::BadRequest {
+            reason: "the request target is not a valid URI",
+        })?;
+    let mut request = Request::new(body);
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+
+    let _in_flight = pool.begin(server);
+    let upstream = || pool.name.clone();
+    let label = || target.label.clone();
+    match tokio::time::timeout(pool.response_timeout, pool.client.request(request)).await {
+        Ok(Ok(response)) => Ok(response),
+        Err(_elapsed) => Err(GatewayError::UpstreamTimeout {
+            upstream: upstream(),
+            server: label(),
+            after: pool.response_timeout,
+        }),
+        Ok(Err(source)) if source.is_connect() => {
+            pool.eject(server);
+            if is_timeout(&source) {
+                Err(GatewayError::UpstreamConnectTimeout {
+                    upstream: upstream(),
+                    server: label(),
+                    after: pool.connect_timeout,
+                })
+            } else {
+                Err(GatewayError::UpstreamConnect {
+                    upstream: upstream(),
+                    server: label(),
+                    source,
+                })
+            }
+        }
+        Ok(Err(source)) => Err(GatewayError::UpstreamFailed {
+            upstream: upstream(),
+            server: label(),
+            source,
+        }),
+    }
+}
+
+/// The upstream response as the client gets it; a 101 starts the tunnel.
+fn client_response(
+    mut response: Response<Incoming>,
+    client_upgrade: Option<OnUpgrade>,
+) -> Response<ResponseBody> {
+    match client_upgrade {
+        Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            let upstream = hyper::upgrade::on(&mut response);
+            let protocol = response.headers().get(UPGRADE).cloned();
+            headers::strip_hop_by_hop(response.headers_mut());
+            if let Some(protocol) = protocol {
+                response.headers_mut().insert(
+                    http::header::CONNECTION,
+                    HeaderValue::from_static("upgrade"),
+                );
+                response.headers_mut().insert(UPGRADE, protocol);
+            }
+            tokio::spawn(tunnel(client, upstream));
+        }
+        _ => headers::strip_hop_by_hop(response.headers_mut()),
+    }
+    response.map(Either::Left)
+}
+
+/// Copies bytes both ways between the upgraded client and upstream connections.
+async fn tunnel(client: OnUpgrade, upstream: OnUpgrade) {
+    let (client, upstream) = match tokio::try_join!(client, upstream) {
+        Ok(pair) => pair,
+        Err(error) => {
+            tracing::debug!(%error, "upgrade did not complete");
+            return;
+        }
+    };
+    let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
+    match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
+        Ok((sent, received)) => tracing::debug!(sent, received, "upgraded connection closed"),
+        Err(error) => tracing::debug!(%error, "upgraded connection failed"),
+    }
+}
+
+fn no_healthy_server(pool: &UpstreamPool) -> GatewayError {
+    GatewayError::NoHealthyServer {
+        upstream: pool.name.clone(),
+    }
+}
+
+fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// True when a connect error was a timeout rather than a refusal.
+fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(io) = current.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        if current.to_string().contains("timed out") {
+            return true;
+        }
+        cause = current.source();
+    }
+    false
+}

@@ -1,0 +1,68 @@
+//! Active health checks: every `interval`, GET `path` on each server of an upstream; a 2xx
+//! within `timeout` passes. Verdicts change only after a streak (see `UpstreamPool::record_check`).
+
+use std::sync::Arc;
+
+use http::{Request, Uri};
+use http_body_util::{BodyExt, Either, Empty};
+use tokio::time::{MissedTickBehavior, timeout};
+use tokio_util::sync::CancellationToken;
+
+use super::upstream::UpstreamPool;
+use crate::config::HealthCheck;
+
+/// Starts one checker task per upstream that has a `health_check`; they end on `stop`.
+pub fn spawn_checkers(pools: &[Arc<UpstreamPool>], stop: &CancellationToken) {
+    for pool in pools {
+        if let Some(check) = pool.health_check.clone() {
+            tokio::spawn(run_checks(pool.clone(), check, stop.clone()));
+        }
+    }
+}
+
+async fn run_checks(pool: Arc<UpstreamPool>, check: HealthCheck, stop: CancellationToken) {
+    let mut ticks = tokio::time::interval(check.interval);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ticks.tick() => {}
+        }
+        let probes = (0..pool.servers.len()).map(|i| probe(&pool, i, &check));
+        let results = futures_util::future::join_all(probes).await;
+        for (server, passed) in results.into_iter().enumerate() {
+            if let Some(up) = pool.record_check(server, passed, &check) {
+                let label = &pool.servers[server].label;
+                if up {
+                    tracing::info!(upstream = %pool.name, server = %label, "server passes health checks again");
+                } else {
+                    tracing::warn!(upstream = %pool.name, server = %label, "server failed health checks; taken out");
+                }
+            }
+        }
+    }
+}
+
+async fn probe(pool: &UpstreamPool, server: usize, check: &HealthCheck) -> bool {
+    let target = &pool.servers[server].server;
+    let uri = Uri::builder()
+        .scheme(target.scheme.clone())
+        .authority(target.authority.clone())
+        .path_and_query(check.path.as_str())
+        .build();
+    let Ok(uri) = uri else { return false };
+    let Ok(request) = Request::get(uri)
+        .header(http::header::USER_AGENT, "ratelimit-proxy-health-check")
+        .body(Either::Right(Empty::new()))
+    else {
+        return false;
+    };
+    let exchange = async {
+        let response = pool.client.request(request).await.ok()?;
+        let passed = response.status().is_success();
+        // Read the body so the connection can be reused for the next check.
+        response.into_body().collect().await.ok()?;
+        Some(passed)
+    };
+    matches!(timeout(check.timeout, exchange).await, Ok(Some(true)))
+}

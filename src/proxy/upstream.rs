@@ -1,0 +1,242 @@
+//! Upstream pools: the servers of one `[[upstreams]]` entry, which of them may take traffic,
+//! and how the next one is picked. A server is available when active health checks have not
+//! marked it down and it is not ejected for a refused connection.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{Either, Empty};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::config::{Balance, HealthCheck, UpstreamConfig, UpstreamServer};
+
+/// Body sent upstream: the client's streamed body, or nothing (retries, health checks).
+pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
+
+/// How long an unused keep-alive connection to an upstream stays pooled.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// One server and what the gateway currently knows about it.
+#[derive(Debug)]
+pub struct ServerState {
+    pub server: UpstreamServer,
+    /// `scheme://authority`, for logs and errors.
+    pub label: String,
+    in_flight: AtomicUsize,
+    passes_checks: AtomicBool,
+    check_streak: AtomicU32,
+    /// Milliseconds since the pool's epoch until which the server is left out.
+    ejected_until_ms: AtomicU64,
+}
+
+/// The servers of one upstream with their pooled keep-alive connections.
+pub struct UpstreamPool {
+    pub name: String,
+    pub servers: Vec<ServerState>,
+    pub client: Client<HttpConnector, UpstreamBody>,
+    pub response_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub health_check: Option<HealthCheck>,
+    balance: Balance,
+    ejection_time: Duration,
+    next: AtomicUsize,
+    epoch: Instant,
+}
+
+impl UpstreamPool {
+    pub fn new(config: &UpstreamConfig) -> UpstreamPool {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_timer(TokioTimer::new())
+            .timer(TokioTimer::new())
+            .build(connector);
+        let servers = config
+            .servers
+            .iter()
+            .map(|server| ServerState {
+                label: server.to_string(),
+                server: server.clone(),
+                in_flight: AtomicUsize::new(0),
+                passes_checks: AtomicBool::new(true),
+                check_streak: AtomicU32::new(0),
+                ejected_until_ms: AtomicU64::new(0),
+            })
+            .collect();
+        UpstreamPool {
+            name: config.name.clone(),
+            servers,
+            client,
+            response_timeout: config.response_timeout,
+            connect_timeout: config.connect_timeout,
+            health_check: config.health_check.clone(),
+            balance: config.balance,
+            ejection_time: config.ejection_time,
+            next: AtomicUsize::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// The next available server other than `exclude`, by the configured balance.
+    pub fn pick(&self, exclude: Option<usize>) -> Option<usize> {
+        let now_ms = self.now_ms();
+        let count = self.servers.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed) % count;
+        let candidates = (0..count)
+            .map(|offset| (start + offset) % count)
+            .filter(|&i| Some(i) != exclude && self.is_available(i, now_ms));
+        match self.balance {
+            Balance::RoundRobin => candidates.into_iter().next(),
+            // Ties go to the first candidate after the rotating start, so equal load spreads.
+            Balance::LeastRequests => {
+                candidates.min_by_key(|&i| self.servers[i].in_flight.load(Ordering::Relaxed))
+            }
+        }
+    }
+
+    /// Counts a request against `server` until the returned guard is dropped.
+    pub fn begin(&self, server: usize) -> InFlight<'_> {
+        let state = &self.servers[server];
+        state.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight { state }
+    }
+
+    /// Leaves `server` out for `ejection_time` after it refused a connection.
+    pub fn eject(&self, server: usize) {
+        let until = self.now_ms() + self.ejection_time.as_millis() as u64;
+        self.servers[server]
+            .ejected_until_ms
+            .store(until, Ordering::Relaxed);
+        tracing::warn!(upstream = %self.name, server = %self.servers[server].label,
+            for_ms = self.ejection_time.as_millis() as u64, "server ejected after a connection failure");
+    }
+
+    /// Feeds one active health check result; returns the new verdict when it changed.
+    pub fn record_check(&self, server: usize, passed: bool, check: &HealthCheck) -> Option<bool> {
+        let state = &self.servers[server];
+        let currently_up = state.passes_checks.load(Ordering::Relaxed);
+        if passed == currently_up {
+            state.check_streak.store(0, Ordering::Relaxed);
+            return None;
+        }
+        let streak = state.check_streak.fetch_add(1, Ordering::Relaxed) + 1;
+        let needed = if passed {
+            check.healthy_threshold
+        } else {
+            check.unhealthy_threshold
+        };
+        if streak < needed {
+            return None;
+        }
+        state.check_streak.store(0, Ordering::Relaxed);
+        state.passes_checks.store(passed, Ordering::Relaxed);
+        if passed {
+            // A server that passes checks again is trusted again at once.
+            state.ejected_until_ms.store(0, Ordering::Relaxed);
+        }
+        Some(passed)
+    }
+
+    fn is_available(&self, server: usize, now_ms: u64) -> bool {
+        let state = &self.servers[server];
+        state.passes_checks.load(Ordering::Relaxed)
+            && state.ejected_until_ms.load(Ordering::Relaxed) <= now_ms
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+}
+
+/// An in-flight request on one server; released on drop, also when the client goes away.
+pub struct InFlight<'a> {
+    state: &'a ServerState,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.state.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pool(servers: usize, balance: Balance) -> UpstreamPool {
+        let config = UpstreamConfig {
+            name: "api".into(),
+            servers: (0..servers)
+                .map(|i| UpstreamServer {
+                    scheme: http::uri::Scheme::HTTP,
+                    authority: format!("127.0.0.1:{}", 9000 + i).parse().unwrap(),
+                })
+                .collect(),
+            balance,
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+            ejection_time: Duration::from_secs(60),
+            health_check: None,
+        };
+        UpstreamPool::new(&config)
+    }
+
+    fn check() -> HealthCheck {
+        HealthCheck {
+            path: "/".into(),
+            interval: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+            healthy_threshold: 2,
+            unhealthy_threshold: 3,
+        }
+    }
+
+    #[tokio::test]
+    async fn round_robin_visits_every_server_in_turn() {
+        let pool = pool(3, Balance::RoundRobin);
+        let picks: Vec<_> = (0..6).map(|_| pool.pick(None).unwrap()).collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
+    }
+
+    #[tokio::test]
+    async fn ejected_and_excluded_servers_are_skipped() {
+        let pool = pool(3, Balance::RoundRobin);
+        pool.eject(1);
+        assert!((0..10).all(|_| pool.pick(None) != Some(1)));
+        assert!((0..10).all(|_| pool.pick(Some(0)) == Some(2)));
+        pool.eject(0);
+        pool.eject(2);
+        assert_eq!(pool.pick(None), None);
+    }
+
+    #[tokio::test]
+    async fn least_requests_prefers_the_idle_server() {
+        let pool = pool(2, Balance::LeastRequests);
+        let _busy = pool.begin(0);
+        assert!((0..10).all(|_| pool.pick(None) == Some(1)));
+        drop(_busy);
+        let picks: Vec<_> = (0..4).map(|_| pool.pick(None).unwrap()).collect();
+        assert!(picks.contains(&0) && picks.contains(&1), "{picks:?}");
+    }
+
+    #[tokio::test]
+    async fn checks_need_a_streak_to_change_the_verdict() {
+        let pool = pool(1, Balance::RoundRobin);
+        let check = check();
+        assert_eq!(pool.record_check(0, false, &check), None);
+        assert_eq!(pool.record_check(0, true, &check), None); // streak broken
+        assert_eq!(pool.record_check(0, false, &check), None);
+        assert_eq!(pool.record_check(0, false, &check), None);
+        assert_eq!(pool.record_check(0, false, &check), Some(false));
+        assert_eq!(pool.pick(None), None);
+        assert_eq!(pool.record_check(0, true, &check), None);
+        assert_eq!(pool.record_check(0, true, &check), Some(true));
+        assert_eq!(pool.pick(None), Some(0));
+    }
+}

@@ -1,0 +1,67 @@
+//! X-Request-Id: a sane incoming id is kept so traces join up across hops; anything else is
+//! replaced by a fresh random one.
+
+use http::{HeaderMap, HeaderValue};
+
+pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
+
+const MAX_LEN: usize = 128;
+
+/// The incoming id when it is 1 to 128 visible ASCII characters, or a new one.
+pub fn keep_or_mint(headers: &HeaderMap) -> HeaderValue {
+    match headers.get(X_REQUEST_ID) {
+        Some(value) if is_sane(value.as_bytes()) => value.clone(),
+        _ => mint(),
+    }
+}
+
+fn is_sane(id: &[u8]) -> bool {
+    !id.is_empty() && id.len() <= MAX_LEN && id.iter().all(|b| (0x21..=0x7e).contains(b))
+}
+
+/// 128 random bits as 32 lower-case hex digits.
+pub fn mint() -> HeaderValue {
+    let text = format!("{:032x}", fastrand::u128(..));
+    HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_id(id: &[u8]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(X_REQUEST_ID, HeaderValue::from_bytes(id).unwrap());
+        headers
+    }
+
+    #[test]
+    fn keeps_a_sane_id() {
+        assert_eq!(keep_or_mint(&with_id(b"req-42_A.b")), "req-42_A.b");
+        let longest = vec![b'a'; 128];
+        assert_eq!(keep_or_mint(&with_id(&longest)).as_bytes(), &longest[..]);
+    }
+
+    #[test]
+    fn replaces_empty_long_or_odd_ids() {
+        for bad in [
+            &b""[..],
+            &[b'a'; 129][..],
+            b"has space",
+            b"tab\there",
+            &[0xc3, 0xa9],
+        ] {
+            let minted = keep_or_mint(&with_id(bad));
+            assert_ne!(minted.as_bytes(), bad);
+            assert_eq!(minted.len(), 32);
+        }
+    }
+
+    #[test]
+    fn mints_distinct_ids_when_absent() {
+        assert_ne!(
+            keep_or_mint(&HeaderMap::new()),
+            keep_or_mint(&HeaderMap::new())
+        );
+    }
+}

@@ -1,0 +1,135 @@
+//! Route matching: the first `[[routes]]` entry whose host, path prefix and method all match.
+//! Routes are compiled at config load; matching allocates nothing.
+
+use http::Method;
+
+use crate::config::RouteConfig;
+
+/// A compiled route.
+#[derive(Debug)]
+pub struct Route {
+    pub name: String,
+    host: Option<String>,
+    path_prefix: String,
+    methods: Option<Vec<Method>>,
+    /// Index into the runtime's upstream pools.
+    pub upstream: usize,
+}
+
+impl Route {
+    fn matches(&self, host: Option<&str>, path: &str, method: &Method) -> bool {
+        let host_matches = match (&self.host, host) {
+            (None, _) => true,
+            (Some(wanted), Some(host)) => wanted.eq_ignore_ascii_case(host),
+            (Some(_), None) => false,
+        };
+        host_matches
+            && path.starts_with(&self.path_prefix)
+            && self.methods.as_ref().is_none_or(|m| m.contains(method))
+    }
+}
+
+/// All routes of a config in file order.
+#[derive(Debug)]
+pub struct Router {
+    routes: Vec<Route>,
+}
+
+impl Router {
+    pub fn new(configs: &[RouteConfig]) -> Router {
+        let routes = configs
+            .iter()
+            .map(|c| Route {
+                name: c.name.clone(),
+                host: c.host.clone(),
+                path_prefix: c.path_prefix.clone(),
+                methods: c.methods.clone(),
+                upstream: c.upstream,
+            })
+            .collect();
+        Router { routes }
+    }
+
+    /// The first route that matches. `host` may carry a port, which is ignored.
+    pub fn find(&self, host: Option<&str>, path: &str, method: &Method) -> Option<&Route> {
+        let host = host.map(strip_port);
+        self.routes.iter().find(|r| r.matches(host, path, method))
+    }
+}
+
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        // [v6]:port
+        return host.split_once(']').map_or(host, |(h, _)| &h[1..]);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(
+        name: &str,
+        host: Option<&str>,
+        prefix: &str,
+        methods: Option<&[Method]>,
+    ) -> RouteConfig {
+        RouteConfig {
+            name: name.into(),
+            host: host.map(Into::into),
+            path_prefix: prefix.into(),
+            methods: methods.map(|m| m.to_vec()),
+            upstream: 0,
+        }
+    }
+
+    fn router() -> Router {
+        Router::new(&[
+            config("login", None, "/login", Some(&[Method::POST])),
+            config("admin", Some("admin.example.com"), "/", None),
+            config("default", None, "/", None),
+        ])
+    }
+
+    fn name<'a>(
+        router: &'a Router,
+        host: Option<&str>,
+        path: &str,
+        method: Method,
+    ) -> Option<&'a str> {
+        router.find(host, path, &method).map(|r| r.name.as_str())
+    }
+
+    #[test]
+    fn first_match_wins_by_host_path_and_method() {
+        let r = router();
+        assert_eq!(name(&r, None, "/login", Method::POST), Some("login"));
+        assert_eq!(name(&r, None, "/login", Method::GET), Some("default"));
+        assert_eq!(
+            name(&r, Some("ADMIN.example.com:8080"), "/x", Method::GET),
+            Some("admin")
+        );
+        assert_eq!(
+            name(&r, Some("api.example.com"), "/x", Method::GET),
+            Some("default")
+        );
+    }
+
+    #[test]
+    fn no_match_is_none() {
+        let r = Router::new(&[config("v1", None, "/v1/", None)]);
+        assert_eq!(name(&r, None, "/v2/x", Method::GET), None);
+    }
+
+    #[test]
+    fn strips_ports_from_names_and_ipv6_literals() {
+        assert_eq!(strip_port("example.com:80"), "example.com");
+        assert_eq!(strip_port("example.com"), "example.com");
+        assert_eq!(strip_port("[::1]:8080"), "::1");
+        assert_eq!(strip_port("[::1]"), "::1");
+    }
+}
