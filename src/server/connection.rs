@@ -1,15 +1,23 @@
 //! Serving one client connection (HTTP/1.1 or h2c, detected by hyper-util's auto builder) and
-//! closing it when it is idle, when it never sends a request, or on shutdown.
+//! closing it when it is idle, when a request head takes longer than `header_read_timeout`,
+//! or on shutdown.
+//!
+//! Both deadlines are enforced here rather than by hyper: hyper's HTTP/1 header timer also runs
+//! while a keep-alive connection waits for its next request, which would make
+//! `header_read_timeout` override `idle_timeout`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -22,18 +30,60 @@ pub struct ConnectionSettings {
     pub idle_timeout: Duration,
 }
 
-/// What the idle watch needs to know about a connection's requests.
-#[derive(Default)]
+/// What the watch needs to know about a connection's requests.
 struct Activity {
+    opened: Instant,
     started: AtomicU64,
     in_flight: AtomicUsize,
+    /// Milliseconds after `opened` (plus one) when bytes of a request head began to arrive on
+    /// an idle HTTP/1 connection; 0 when no head is pending.
+    head_since_ms: AtomicU64,
+    /// HTTP/2 interleaves frames of many streams, so a pending head cannot be told apart.
+    multiplexed: AtomicBool,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            opened: Instant::now(),
+            started: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            head_since_ms: AtomicU64::new(0),
+            multiplexed: AtomicBool::new(false),
+        }
+    }
+
+    fn bytes_arrived(&self) {
+        if self.in_flight.load(Ordering::Relaxed) == 0
+            && self.head_since_ms.load(Ordering::Relaxed) == 0
+            && !self.multiplexed.load(Ordering::Relaxed)
+        {
+            let since = self.opened.elapsed().as_millis() as u64 + 1;
+            self.head_since_ms.store(since, Ordering::Relaxed);
+        }
+    }
+
+    /// How long a request head has been arriving, if one is pending.
+    fn pending_head_for(&self, now: Instant) -> Option<Duration> {
+        match self.head_since_ms.load(Ordering::Relaxed) {
+            0 => None,
+            since => Some(
+                now.duration_since(self.opened)
+                    .saturating_sub(Duration::from_millis(since - 1)),
+            ),
+        }
+    }
 }
 
 /// A request being answered; released on drop, also when the client goes away.
 struct Answering(Arc<Activity>);
 
 impl Answering {
-    fn begin(activity: &Arc<Activity>) -> Answering {
+    fn begin(activity: &Arc<Activity>, version: http::Version) -> Answering {
+        if version == http::Version::HTTP_2 {
+            activity.multiplexed.store(true, Ordering::Relaxed);
+        }
+        activity.head_since_ms.store(0, Ordering::Relaxed);
         activity.started.fetch_add(1, Ordering::Relaxed);
         activity.in_flight.fetch_add(1, Ordering::Relaxed);
         Answering(activity.clone())
@@ -53,7 +103,7 @@ pub async fn serve(
     settings: Arc<ConnectionSettings>,
     stop: CancellationToken,
 ) {
-    let activity = Arc::new(Activity::default());
+    let activity = Arc::new(Activity::new());
     let client = ClientConnection {
         peer,
         proto: "http",
@@ -61,16 +111,20 @@ pub async fn serve(
     let service_activity = activity.clone();
     let service = service_fn(move |request| {
         let runtime = runtime.clone();
-        let answering = Answering::begin(&service_activity);
+        let answering = Answering::begin(&service_activity, request.version());
         async move {
             let response = proxy::handle(&runtime, client, request).await;
             drop(answering);
             Ok::<_, Infallible>(response)
         }
     });
+    let io = WatchedIo {
+        stream,
+        activity: activity.clone(),
+    };
     let connection = settings
         .builder
-        .serve_connection_with_upgrades(TokioIo::new(stream), service);
+        .serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(connection);
 
     let mut watch = IdleWatch::new(&settings);
@@ -93,8 +147,8 @@ pub async fn serve(
                     draining = true;
                     connection.as_mut().graceful_shutdown();
                 }
-                Verdict::NoRequest => {
-                    tracing::debug!(%peer, "closing: no request within header_read_timeout");
+                Verdict::SlowHead => {
+                    tracing::debug!(%peer, "closing: request head not complete within header_read_timeout");
                     return;
                 }
             },
@@ -105,15 +159,16 @@ pub async fn serve(
 enum Verdict {
     Keep,
     Idle,
-    NoRequest,
+    SlowHead,
 }
 
-/// Checks a connection a few times per `idle_timeout`, so an idle one closes within 1.25×
-/// of it, without a timer reset per request. hyper enforces `header_read_timeout` inside an
-/// HTTP/1 request head; this covers the wait for the very first bytes (and h2c prefaces).
+/// Checks a connection a few times per deadline, so an idle connection closes within 1.25×
+/// `idle_timeout` and a slow head within 1.25× `header_read_timeout`, without a timer reset
+/// per request.
 struct IdleWatch {
     next_check: Instant,
     period: Duration,
+    header_read_timeout: Duration,
     idle_timeout: Duration,
     seen_started: u64,
     quiet_since: Instant,
@@ -122,9 +177,12 @@ struct IdleWatch {
 impl IdleWatch {
     fn new(settings: &ConnectionSettings) -> IdleWatch {
         let now = Instant::now();
+        let shortest = settings.idle_timeout.min(settings.header_read_timeout);
+        let period = (shortest / 4).max(Duration::from_millis(10));
         IdleWatch {
-            next_check: now + settings.header_read_timeout,
-            period: (settings.idle_timeout / 4).max(Duration::from_millis(10)),
+            next_check: now + period,
+            period,
+            header_read_timeout: settings.header_read_timeout,
             idle_timeout: settings.idle_timeout,
             seen_started: 0,
             quiet_since: now,
@@ -133,11 +191,16 @@ impl IdleWatch {
 
     fn check(&mut self, activity: &Activity) -> Verdict {
         let now = Instant::now();
-        let started = activity.started.load(Ordering::Relaxed);
-        if started == 0 {
-            return Verdict::NoRequest;
-        }
         self.next_check = now + self.period;
+        let started = activity.started.load(Ordering::Relaxed);
+        let never_asked =
+            started == 0 && now.duration_since(activity.opened) >= self.header_read_timeout;
+        let head_too_slow = activity
+            .pending_head_for(now)
+            .is_some_and(|d| d >= self.header_read_timeout);
+        if never_asked || head_too_slow {
+            return Verdict::SlowHead;
+        }
         if started != self.seen_started || activity.in_flight.load(Ordering::Relaxed) > 0 {
             self.seen_started = started;
             self.quiet_since = now;
@@ -148,5 +211,56 @@ impl IdleWatch {
         } else {
             Verdict::Keep
         }
+    }
+}
+
+/// The client socket, noting when bytes of a new request head start to arrive.
+struct WatchedIo {
+    stream: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for WatchedIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let result = Pin::new(&mut self.stream).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.bytes_arrived();
+        }
+        result
+    }
+}
+
+impl AsyncWrite for WatchedIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

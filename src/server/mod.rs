@@ -109,7 +109,9 @@ fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(server.header_read_timeout)
+        // `connection` enforces header_read_timeout; hyper's timer would also cut idle
+        // keep-alive connections (see connection.rs).
+        .header_read_timeout(None)
         .keep_alive(true)
         // Leave room above max_header_bytes so `proxy` can answer 431 as problem+json; hyper
         // answers a bare 431 for anything beyond.

@@ -1,0 +1,221 @@
+//! Shared test harness: the real gateway on 127.0.0.1:0, in-process upstreams with a
+//! scripted handler, and a small HTTP client.
+#![allow(dead_code)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+pub type TestBody = BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
+type Handler = Arc<
+    dyn Fn(Request<Incoming>) -> Pin<Box<dyn Future<Output = Response<TestBody>> + Send>>
+        + Send
+        + Sync,
+>;
+
+pub fn full(body: impl Into<Bytes>) -> TestBody {
+    Full::new(body.into()).map_err(|e| match e {}).boxed()
+}
+
+pub fn empty() -> TestBody {
+    Empty::new().map_err(|e| match e {}).boxed()
+}
+
+/// A running gateway; shut it down with `stop`.
+pub struct TestGateway {
+    pub addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ratelimit_proxy::ServeError>>,
+}
+
+impl TestGateway {
+    /// Starts the gateway from config text; `listen` is forced to 127.0.0.1:0.
+    pub async fn start(config_text: &str) -> TestGateway {
+        let text = format!("[server]\nlisten = [\"127.0.0.1:0\"]\n{config_text}");
+        let config = ratelimit_proxy::config::parse_str(&text, "test.toml")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let gateway = ratelimit_proxy::Gateway::bind(config).await.expect("bind");
+        let addr = gateway.local_addrs()[0];
+        let (tx, rx) = oneshot::channel();
+        let task = tokio::spawn(gateway.serve(async move {
+            let _ = rx.await;
+        }));
+        TestGateway {
+            addr,
+            shutdown: Some(tx),
+            task,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Signals shutdown and returns the serve task, to await when the test wants.
+    pub fn stop(mut self) -> JoinHandle<Result<(), ratelimit_proxy::ServeError>> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.task
+    }
+}
+
+/// An in-process upstream that answers with `handler` and counts requests.
+pub struct TestUpstream {
+    pub addr: SocketAddr,
+    pub hits: Arc<AtomicUsize>,
+    task: JoinHandle<()>,
+    /// Cancelling it closes every open connection, as a crashed server would.
+    connections: tokio_util::sync::CancellationToken,
+}
+
+impl TestUpstream {
+    pub async fn start<F, Fut>(handler: F) -> TestUpstream
+    where
+        F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Response<TestBody>> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |request| Box::pin(handler(request)));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        let connections = tokio_util::sync::CancellationToken::new();
+        let closing = connections.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let handler = handler.clone();
+                let counted = counted.clone();
+                let closing = closing.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| {
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        let answer = handler(request);
+                        async move { Ok::<_, Infallible>(answer.await) }
+                    });
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    let connection =
+                        builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+                    tokio::select! {
+                        _ = connection => {}
+                        _ = closing.cancelled() => {}
+                    }
+                });
+            }
+        });
+        TestUpstream {
+            addr,
+            hits,
+            task,
+            connections,
+        }
+    }
+
+    /// An upstream that answers 200 with `body`.
+    pub async fn ok(body: &'static str) -> TestUpstream {
+        TestUpstream::start(move |_| async move { Response::new(full(body)) }).await
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Closes the listener and every open connection, so new connections are refused.
+    pub fn kill(self) {
+        self.connections.cancel();
+        self.task.abort();
+    }
+}
+
+impl Drop for TestUpstream {
+    fn drop(&mut self) {
+        self.connections.cancel();
+        self.task.abort();
+    }
+}
+
+/// An address where nothing listens: connections are refused.
+pub async fn refused_addr() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// A config with one upstream `api` over `servers` and one catch-all route to it.
+pub fn one_route_config(servers: &[String], upstream_extra: &str) -> String {
+    let servers: Vec<String> = servers.iter().map(|s| format!("{s:?}")).collect();
+    format!(
+        "[[upstreams]]\nname = \"api\"\nservers = [{}]\n{upstream_extra}\n\n[[routes]]\nname = \"default\"\nupstream = \"api\"\n",
+        servers.join(", ")
+    )
+}
+
+pub fn client() -> Client<HttpConnector, TestBody> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// Sends a request and collects the whole answer.
+pub async fn send(request: Request<TestBody>) -> (Response<()>, Bytes) {
+    let response = tokio::time::timeout(Duration::from_secs(20), client().request(request))
+        .await
+        .expect("the gateway answered in time")
+        .expect("request failed");
+    let (parts, body) = response.into_parts();
+    let bytes = body.collect().await.expect("body").to_bytes();
+    (Response::from_parts(parts, ()), bytes)
+}
+
+pub async fn get(url: &str) -> (Response<()>, Bytes) {
+    send(Request::get(url).body(empty()).unwrap()).await
+}
+
+/// Parses a generated problem+json answer, checking its content type and request id.
+pub fn problem(response: &Response<()>, body: &[u8]) -> serde_json::Value {
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+    let json: serde_json::Value = serde_json::from_slice(body).expect("problem+json body");
+    assert_eq!(json["status"], response.status().as_u16());
+    assert_eq!(
+        json["request_id"],
+        response.headers()["x-request-id"].to_str().unwrap()
+    );
+    json
+}
+
+/// Polls `condition` every 20 ms until it holds or `within` passes.
+pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    condition()
+}

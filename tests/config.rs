@@ -1,0 +1,183 @@
+//! The config contract through the real binary and the library: the example passes `check`,
+//! and each kind of mistake is reported with the file and its key path.
+
+use std::path::Path;
+use std::process::Command;
+
+use ratelimit_proxy::config::parse_str;
+
+fn check(path: &Path) -> (bool, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_ratelimit-proxy"))
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .expect("run ratelimit-proxy check");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), text)
+}
+
+fn write_config(name: &str, text: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rlp-config-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+const VALID: &str = r#"
+[server]
+listen = ["127.0.0.1:0"]
+[[upstreams]]
+name = "api"
+servers = ["http://127.0.0.1:9001"]
+[[routes]]
+name = "default"
+upstream = "api"
+"#;
+
+#[test]
+fn the_example_config_passes_check() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let (ok, text) = check(&example);
+    assert!(ok, "{text}");
+    assert!(text.contains("OK"), "{text}");
+}
+
+#[test]
+fn check_exits_1_and_names_file_and_key_path() {
+    let path = write_config(
+        "unknown-key.toml",
+        &VALID.replace("[server]", "[server]\nlisten_adress = \"x\""),
+    );
+    let (ok, text) = check(&path);
+    assert!(!ok);
+    assert!(text.contains("unknown-key.toml"), "{text}");
+    assert!(text.contains("server.listen_adress"), "{text}");
+    assert!(text.contains("unknown field"), "{text}");
+}
+
+#[test]
+fn check_reports_a_missing_file() {
+    let (ok, text) = check(Path::new("/nonexistent/gw.toml"));
+    assert!(!ok);
+    assert!(text.contains("/nonexistent/gw.toml"), "{text}");
+}
+
+fn problems(text: &str) -> Vec<String> {
+    let error = parse_str(text, "gw.toml").expect_err("config should be rejected");
+    let rendered = error.to_string();
+    assert!(
+        rendered.lines().all(|l| l.starts_with("gw.toml: ")),
+        "{rendered}"
+    );
+    rendered.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn unknown_key_in_a_nested_table_names_its_path() {
+    let lines = problems(&VALID.replace(
+        "upstream = \"api\"",
+        "upstream = \"api\"\npath_prefx = \"/\"",
+    ));
+    assert_eq!(lines.len(), 1);
+    assert!(lines[0].contains("routes[0].path_prefx"), "{lines:?}");
+}
+
+#[test]
+fn bad_duration_names_its_path_and_the_expected_form() {
+    let lines = problems(&VALID.replace("[server]", "[server]\nidle_timeout = \"10 seconds\""));
+    assert_eq!(
+        lines,
+        [
+            r#"gw.toml: server.idle_timeout: expected a duration like "250ms", "10s", "1m", "1h" or "1d", got "10 seconds""#
+        ]
+    );
+}
+
+#[test]
+fn unknown_upstream_names_its_path_and_the_known_ones() {
+    let lines = problems(&VALID.replace("upstream = \"api\"", "upstream = \"apii\""));
+    assert_eq!(
+        lines,
+        [r#"gw.toml: routes[0].upstream: unknown upstream "apii"; expected one of ["api"]"#]
+    );
+}
+
+#[test]
+fn duplicate_route_name_names_both_entries() {
+    let text = format!("{VALID}\n[[routes]]\nname = \"default\"\nupstream = \"api\"\n");
+    let lines = problems(&text);
+    assert_eq!(
+        lines,
+        [r#"gw.toml: routes[1].name: duplicate name "default"; routes[0] already uses it"#]
+    );
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let text = r#"
+[server]
+listen = ["localhost"]
+max_header_bytes = 10
+[[upstreams]]
+name = "api"
+servers = ["ftp://x", "http://127.0.0.1:1/path"]
+balance = "random"
+health_check = { path = "healthz", interval = "0s" }
+[[routes]]
+name = "a"
+upstream = "nope"
+methods = ["G E T"]
+"#;
+    let all = problems(text).join("\n");
+    for path in [
+        "server.listen[0]",
+        "server.max_header_bytes",
+        "upstreams[0].servers[0]",
+        "upstreams[0].servers[1]",
+        "upstreams[0].balance",
+        "upstreams[0].health_check.path",
+        "upstreams[0].health_check.interval",
+        "routes[0].upstream",
+        "routes[0].methods[0]",
+    ] {
+        assert!(
+            all.contains(&format!("gw.toml: {path}: ")),
+            "{path} missing from:\n{all}"
+        );
+    }
+}
+
+#[test]
+fn sections_not_built_yet_are_refused_not_ignored() {
+    for section in [
+        "[edge]\nrate = \"10/s\"",
+        "[store]\nbackend = \"redis\"",
+        "[[limits]]\nname = \"x\"",
+        "[admin]\nlisten = \"127.0.0.1:9090\"",
+    ] {
+        let lines = problems(&format!("{VALID}\n{section}\n"));
+        assert!(
+            lines.iter().any(|l| l.contains("not supported yet")),
+            "{section}: {lines:?}"
+        );
+    }
+    let lines = problems(&VALID.replace(
+        "upstream = \"api\"",
+        "upstream = \"api\"\nlimits = [\"per-key\"]",
+    ));
+    assert_eq!(lines.len(), 1);
+    assert!(
+        lines[0].starts_with("gw.toml: routes[0].limits: not supported yet"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn toml_syntax_errors_give_line_and_column() {
+    let error = parse_str("[server\nlisten = 1", "gw.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(error.starts_with("gw.toml: line 1, column"), "{error}");
+}
