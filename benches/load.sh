@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Load test on loopback: starts the echo upstream, the proxy in front of it, and drives both
+# with wrk (same connections and duration), then prints requests/s, p50, p99 and the proxy's
+# CPU microseconds per request (utime+stime from /proc/PID/stat over the run).
+#
+#   benches/load.sh                       # defaults: 50 connections, 10 s, 1 wrk thread
+#   CONNS=100 DURATION=20s benches/load.sh
+#
+# Everything stays on 127.0.0.1 and stops by itself.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CONNS=${CONNS:-50}
+DURATION=${DURATION:-10s}
+THREADS=${THREADS:-1}
+WARMUP=${WARMUP:-2s}
+
+if ! command -v wrk >/dev/null; then
+  echo "installing wrk (apt)" >&2
+  (apt-get update -qq && apt-get install -y -qq wrk) >/dev/null
+fi
+cargo build --release --quiet
+BIN=target/release/ratelimit-proxy
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+UPSTREAM_PORT=$(free_port)
+PROXY_PORT=$(free_port)
+"$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
+cat > "$WORK/gw.toml" <<TOML
+[server]
+listen = ["127.0.0.1:$PROXY_PORT"]
+[[upstreams]]
+name = "echo"
+servers = ["http://127.0.0.1:$UPSTREAM_PORT"]
+[[routes]]
+name = "default"
+upstream = "echo"
+TOML
+RUST_LOG=warn "$BIN" --config "$WORK/gw.toml" >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
+wait_port "$UPSTREAM_PORT"; wait_port "$PROXY_PORT"
+
+# run NAME URL PID: one wrk run; prints a table row. PID is the process whose CPU is charged.
+run() {
+  local name=$1 url=$2 pid=$3
+  wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "$url" >/dev/null
+  local before; before=$(cpu_ticks "$pid")
+  wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$url" >"$WORK/$name.txt"
+  local after; after=$(cpu_ticks "$pid")
+  local requests rps p50 p99 errors
+  requests=$(awk '/requests in/ {print $1}' "$WORK/$name.txt")
+  rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/$name.txt")
+  p50=$(awk '$1=="50%" {print $2}' "$WORK/$name.txt")
+  p99=$(awk '$1=="99%" {print $2}' "$WORK/$name.txt")
+  errors=$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$WORK/$name.txt")
+  local hz; hz=$(getconf CLK_TCK)
+  local cpu_us; cpu_us=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+  local rss; rss=$(awk '/VmHWM/ {print $2 " kB"}' "/proc/$pid/status")
+  printf '%-22s %12s %10s %10s %14s %12s  %s\n' "$name" "$rps" "$p50" "$p99" "$cpu_us" "$rss" "$errors"
+}
+
+echo "wrk -t$THREADS -c$CONNS -d$DURATION on $(nproc) cores; CPU µs/req is of the named process"
+printf '%-22s %12s %10s %10s %14s %12s\n' scenario "req/s" p50 p99 "CPU µs/req" "peak RSS"
+run direct-to-upstream "http://127.0.0.1:$UPSTREAM_PORT/bench" "${PIDS[0]}"
+run proxy "http://127.0.0.1:$PROXY_PORT/bench" "$PROXY_PID"
