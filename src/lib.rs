@@ -2,8 +2,13 @@
 //! See DESIGN.md for the pipeline and the config contract. `main` and the integration tests
 //! both run the gateway through [`serve`] or [`Gateway`].
 
+pub mod client_ip;
+pub mod clock;
 pub mod config;
 pub mod echo;
+pub mod edge;
+pub mod ip_set;
+pub mod limit;
 pub mod proxy;
 pub mod request_id;
 pub mod respond;

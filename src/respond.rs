@@ -9,6 +9,8 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use serde::Serialize;
 
+use crate::limit::RateStatus;
+
 /// Body of every response: streamed from an upstream, or generated here.
 pub type ResponseBody = Either<Incoming, Full<Bytes>>;
 
@@ -105,6 +107,73 @@ struct Problem<'a> {
     request_id: &'a str,
 }
 
+/// 403 for a client on a deny list. Which list stays in the logs.
+pub fn forbidden(request_id: &HeaderValue) -> Response<ResponseBody> {
+    problem_response(
+        StatusCode::FORBIDDEN,
+        "about:blank",
+        "requests from your address are not accepted",
+        request_id,
+    )
+}
+
+/// 429 with Retry-After, the rate-limit headers and a problem+json body naming the policy.
+pub fn rate_limited(
+    status: &RateStatus,
+    retry_after: Duration,
+    request_id: &HeaderValue,
+) -> Response<ResponseBody> {
+    let wait = whole_seconds(retry_after);
+    let detail = format!(
+        "rate limit \"{}\" exceeded; retry in {wait} s",
+        status.policy
+    );
+    let mut response = problem_response(
+        StatusCode::TOO_MANY_REQUESTS,
+        "about:blank",
+        &detail,
+        request_id,
+    );
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(wait));
+    insert_rate_headers(headers, status);
+    response
+}
+
+/// X-RateLimit-Limit/Remaining/Reset and the IETF draft `RateLimit-Policy` and `RateLimit`.
+pub fn insert_rate_headers(headers: &mut http::HeaderMap, status: &RateStatus) {
+    let reset = whole_seconds(status.reset);
+    headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(status.limit));
+    headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(status.remaining));
+    headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+    let policy = format!(
+        "\"{}\";q={};w={}",
+        status.policy,
+        status.limit,
+        status.window.as_secs().max(1)
+    );
+    let current = format!("\"{}\";r={};t={reset}", status.policy, status.remaining);
+    if let (Ok(policy), Ok(current)) = (
+        HeaderValue::from_str(&policy),
+        HeaderValue::from_str(&current),
+    ) {
+        headers.insert(RATELIMIT_POLICY, policy);
+        headers.insert(RATELIMIT, current);
+    }
+}
+
+/// Rounded up: a client that waits this long is never early.
+fn whole_seconds(duration: Duration) -> u64 {
+    duration.as_nanos().div_ceil(1_000_000_000) as u64
+}
+
+pub const X_RATELIMIT_LIMIT: http::HeaderName = http::HeaderName::from_static("x-ratelimit-limit");
+pub const X_RATELIMIT_REMAINING: http::HeaderName =
+    http::HeaderName::from_static("x-ratelimit-remaining");
+pub const X_RATELIMIT_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-reset");
+pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
+pub const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
+
 /// Turns an error into its problem+json answer.
 pub fn error_response(error: &GatewayError, request_id: &HeaderValue) -> Response<ResponseBody> {
     let status = error.status();
@@ -167,5 +236,31 @@ mod tests {
         assert_eq!(json["type"], "about:blank");
         assert_eq!(json["request_id"], "abc");
         assert_eq!(json["detail"], "no route matches GET /x");
+    }
+
+    #[test]
+    fn rate_limited_rounds_waits_up_and_sends_both_header_families() {
+        let status = RateStatus {
+            policy: "edge",
+            limit: 200,
+            window: Duration::from_secs(1),
+            remaining: 0,
+            reset: Duration::from_millis(1500),
+        };
+        let response = rate_limited(
+            &status,
+            Duration::from_millis(4001),
+            &HeaderValue::from_static("id"),
+        );
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        let h = response.headers();
+        assert_eq!(h["retry-after"], "5");
+        assert_eq!(h["x-ratelimit-limit"], "200");
+        assert_eq!(h["x-ratelimit-remaining"], "0");
+        assert_eq!(h["x-ratelimit-reset"], "2");
+        assert_eq!(h["ratelimit-policy"], "\"edge\";q=200;w=1");
+        assert_eq!(h["ratelimit"], "\"edge\";r=0;t=2");
+        assert_eq!(whole_seconds(Duration::from_secs(3)), 3);
+        assert_eq!(whole_seconds(Duration::from_nanos(1)), 1);
     }
 }

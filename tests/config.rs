@@ -152,7 +152,7 @@ methods = ["G E T"]
 #[test]
 fn sections_not_built_yet_are_refused_not_ignored() {
     for section in [
-        "[edge]\nrate = \"10/s\"",
+        "[plans]\nkey = \"header:x-api-key\"",
         "[store]\nbackend = \"redis\"",
         "[[limits]]\nname = \"x\"",
         "[admin]\nlisten = \"127.0.0.1:9090\"",
@@ -180,4 +180,47 @@ fn toml_syntax_errors_give_line_and_column() {
         .unwrap_err()
         .to_string();
     assert!(error.starts_with("gw.toml: line 1, column"), "{error}");
+}
+
+#[test]
+fn client_ip_lists_and_edge_mistakes_name_their_paths() {
+    let text = format!(
+        r#"{VALID}
+[client_ip]
+trusted_proxies = ["10.0.0.0/8", "10.0.0.0/33"]
+header = "x-client-ip"
+ipv6_prefix = 129
+
+[ip_lists]
+partners = ["198.51.100.0/24", "nope"]
+weird = 5
+from_file = {{ file = "/nonexistent/list.txt" }}
+
+[edge]
+rate = "200/sec"
+burst = 0
+deny = ["blockd"]
+overrides = [{{ list = "partners", exempt = true, rate = "5/s" }}, {{ list = "partners" }}]
+"#
+    );
+    let all = problems(&text).join("\n");
+    for path in [
+        "client_ip.trusted_proxies[1]",
+        "client_ip.header",
+        "client_ip.ipv6_prefix",
+        "ip_lists.partners[1]",
+        "ip_lists.weird",
+        "ip_lists.from_file.file",
+        "edge.rate",
+        "edge.burst",
+        "edge.deny[0]",
+        "edge.overrides[0]",
+        "edge.overrides[1]",
+    ] {
+        assert!(
+            all.contains(&format!("gw.toml: {path}: ")),
+            "{path} missing from:\n{all}"
+        );
+    }
+    assert!(all.contains(r#"unknown ip list "blockd""#), "{all}");
 }

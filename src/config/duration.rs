@@ -30,6 +30,25 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("duration {text:?} is too large"))
 }
 
+/// Parses a rate such as `"200/s"`, `"100/m"` or `"5000/h"` into (count, period).
+pub fn parse_rate(text: &str) -> Result<(u64, Duration), String> {
+    let expected =
+        || format!("expected a rate like \"200/s\", \"100/m\" or \"5000/h\", got {text:?}");
+    let (count, unit) = text.trim().split_once('/').ok_or_else(expected)?;
+    let count: u64 = count.trim().parse().map_err(|_| expected())?;
+    let per = match unit.trim() {
+        "s" => Duration::from_secs(1),
+        "m" => Duration::from_secs(60),
+        "h" => Duration::from_secs(3600),
+        "d" => Duration::from_secs(86400),
+        _ => return Err(expected()),
+    };
+    if count == 0 {
+        return Err(format!("expected a rate above zero, got {text:?}"));
+    }
+    Ok((count, per))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -41,6 +60,16 @@ mod tests {
         assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse_duration("1d"), Ok(Duration::from_secs(86400)));
+    }
+
+    #[test]
+    fn parses_rates() {
+        assert_eq!(parse_rate("200/s"), Ok((200, Duration::from_secs(1))));
+        assert_eq!(parse_rate("100/m"), Ok((100, Duration::from_secs(60))));
+        assert_eq!(parse_rate("5000/h"), Ok((5000, Duration::from_secs(3600))));
+        for bad in ["200", "0/s", "x/s", "10/y", "/s", "-1/s"] {
+            assert!(parse_rate(bad).is_err(), "{bad:?} was accepted");
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Nothing downstream re-validates.
 
 mod duration;
+mod network;
 mod raw;
 mod validate;
 
@@ -12,9 +13,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use http::Method;
+
+use crate::client_ip::ClientIpPolicy;
+use crate::edge::EdgePolicy;
 use http::uri::{Authority, Scheme};
 
-pub use duration::parse_duration;
+pub use duration::{parse_duration, parse_rate};
+pub use network::{IpLists, parse_cidr};
 
 /// A validated configuration, ready to serve.
 #[derive(Debug, Clone)]
@@ -22,6 +27,10 @@ pub struct Config {
     /// Where the config came from (a path, or a label for built-in configs); used in messages.
     pub source: String,
     pub server: ServerConfig,
+    pub client_ip: ClientIpPolicy,
+    pub ip_lists: IpLists,
+    /// `None` when there is no `[edge]` section: no per-IP layer.
+    pub edge: Option<EdgePolicy>,
     pub upstreams: Vec<UpstreamConfig>,
     pub routes: Vec<RouteConfig>,
 }

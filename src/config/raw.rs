@@ -14,10 +14,11 @@ pub struct RawConfig {
     pub routes: Vec<RawRoute>,
     // Sections of the contract that later work builds. They are accepted by the parser only so
     // that `validate` can say "not supported yet" instead of "unknown key".
+    pub client_ip: Option<RawClientIp>,
+    /// Name → inline array of CIDRs, or `{ file = "..." }`; interpreted in `network`.
+    pub ip_lists: Option<toml::Table>,
+    pub edge: Option<RawEdge>,
     pub admin: Option<toml::Value>,
-    pub client_ip: Option<toml::Value>,
-    pub ip_lists: Option<toml::Value>,
-    pub edge: Option<toml::Value>,
     pub store: Option<toml::Value>,
     pub limits: Option<toml::Value>,
     pub plans: Option<toml::Value>,
@@ -70,4 +71,31 @@ pub struct RawRoute {
     pub limits: Option<toml::Value>,
     pub cost: Option<toml::Value>,
     pub max_in_flight: Option<toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawClientIp {
+    pub trusted_proxies: Option<Vec<String>>,
+    pub header: Option<String>,
+    pub ipv6_prefix: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEdge {
+    pub rate: String,
+    pub burst: Option<i64>,
+    pub max_tracked: Option<i64>,
+    pub deny: Option<Vec<String>>,
+    pub overrides: Option<Vec<RawEdgeOverride>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEdgeOverride {
+    pub list: String,
+    pub exempt: Option<bool>,
+    pub rate: Option<String>,
+    pub burst: Option<i64>,
 }

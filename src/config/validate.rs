@@ -2,11 +2,13 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
 use http::Method;
 use http::uri::{Scheme, Uri};
 
+use super::network;
 use super::raw::{RawConfig, RawHealthCheck, RawRoute, RawServer, RawUpstream};
 use super::{
     Balance, Config, ConfigError, HealthCheck, Problem, RouteConfig, ServerConfig, UpstreamConfig,
@@ -17,10 +19,10 @@ use super::{
 const NOT_YET: &str = "not supported yet in this version of ratelimit-proxy; remove the section";
 
 #[derive(Default)]
-struct Problems(Vec<Problem>);
+pub(super) struct Problems(Vec<Problem>);
 
 impl Problems {
-    fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(super) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(Problem {
             path: path.into(),
             message: message.into(),
@@ -28,7 +30,12 @@ impl Problems {
     }
 
     /// A duration at `path`, or `default` when absent; records a problem when unparsable.
-    fn duration(&mut self, path: String, value: Option<&str>, default: Duration) -> Duration {
+    pub(super) fn duration(
+        &mut self,
+        path: String,
+        value: Option<&str>,
+        default: Duration,
+    ) -> Duration {
         match value.map(parse_duration) {
             None => default,
             Some(Ok(d)) if d.is_zero() => {
@@ -44,7 +51,13 @@ impl Problems {
     }
 
     /// A whole number in `range` at `path`, or `default` when absent.
-    fn number(&mut self, path: String, value: Option<i64>, range: (i64, i64), default: i64) -> i64 {
+    pub(super) fn number(
+        &mut self,
+        path: String,
+        value: Option<i64>,
+        range: (i64, i64),
+        default: i64,
+    ) -> i64 {
         match value {
             None => default,
             Some(n) if n >= range.0 && n <= range.1 => n,
@@ -66,6 +79,10 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
     let mut problems = Problems::default();
     reject_unbuilt_sections(&raw, &mut problems);
     let server = server(&raw.server, &mut problems);
+    let base_dir = Path::new(source).parent().unwrap_or(Path::new("."));
+    let client_ip = network::client_ip(raw.client_ip.as_ref(), &mut problems);
+    let ip_lists = network::ip_lists(raw.ip_lists.as_ref(), base_dir, &mut problems);
+    let edge = network::edge(raw.edge.as_ref(), &ip_lists, &mut problems);
     let upstreams: Vec<UpstreamConfig> = raw
         .upstreams
         .iter()
@@ -95,6 +112,9 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         Ok(Config {
             source: source.to_string(),
             server,
+            client_ip,
+            ip_lists,
+            edge,
             upstreams,
             routes,
         })
@@ -109,9 +129,6 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
 fn reject_unbuilt_sections(raw: &RawConfig, problems: &mut Problems) {
     let sections = [
         ("admin", raw.admin.is_some()),
-        ("client_ip", raw.client_ip.is_some()),
-        ("ip_lists", raw.ip_lists.is_some()),
-        ("edge", raw.edge.is_some()),
         ("store", raw.store.is_some()),
         ("limits", raw.limits.is_some()),
         ("plans", raw.plans.is_some()),

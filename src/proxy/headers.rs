@@ -63,6 +63,9 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
 /// Who asked, for the upstream's eyes.
 pub struct Forwarded<'a> {
     pub peer: IpAddr,
+    /// A trusted proxy's X-Forwarded-For is extended; anyone else's is replaced, so upstreams
+    /// never see addresses a client made up.
+    pub peer_trusted: bool,
     pub proto: &'static str,
     /// The host the client asked for (Host header or HTTP/2 `:authority`).
     pub host: Option<&'a HeaderValue>,
@@ -82,7 +85,15 @@ pub fn to_upstream(
         }
         headers.insert(X_FORWARDED_HOST, host.clone());
     }
-    append_forwarded_for(headers, forwarded.peer);
+    if forwarded.peer_trusted {
+        append_forwarded_for(headers, forwarded.peer);
+    } else {
+        headers.insert(
+            X_FORWARDED_FOR,
+            HeaderValue::from_str(&forwarded.peer.to_string())
+                .unwrap_or(HeaderValue::from_static("unknown")),
+        );
+    }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(forwarded.proto));
     headers.insert(X_REQUEST_ID, forwarded.request_id.clone());
     if let Some(protocol) = upgrade {
@@ -151,12 +162,20 @@ mod tests {
         let id = HeaderValue::from_static("id-1");
         let forwarded = Forwarded {
             peer: "127.0.0.1".parse().unwrap(),
+            peer_trusted: true,
             proto: "http",
             host: Some(&host),
             request_id: &id,
         };
+        let mut from_untrusted = map.clone();
         to_upstream(&mut map, &forwarded, None);
         assert_eq!(map["x-forwarded-for"], "203.0.113.1, 10.0.0.1, 127.0.0.1");
+        let untrusted = Forwarded {
+            peer_trusted: false,
+            ..forwarded
+        };
+        to_upstream(&mut from_untrusted, &untrusted, None);
+        assert_eq!(from_untrusted["x-forwarded-for"], "127.0.0.1");
         assert_eq!(map.get_all("x-forwarded-for").iter().count(), 1);
         assert_eq!(map["x-forwarded-proto"], "http");
         assert_eq!(map["x-forwarded-host"], "api.example.com");
@@ -174,6 +193,7 @@ mod tests {
         let id = HeaderValue::from_static("id");
         let forwarded = Forwarded {
             peer: "::1".parse().unwrap(),
+            peer_trusted: false,
             proto: "http",
             host: None,
             request_id: &id,

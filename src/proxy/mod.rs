@@ -1,12 +1,13 @@
-//! The request pipeline of DESIGN.md §1, read top to bottom in `handle`: request id → header
-//! size → route → forward → respond. Each step lives in its own module.
+//! The request pipeline of DESIGN.md §1, read top to bottom in `proxy`: request id → header
+//! size → client ip → route → ip lists and edge → forward → respond. Each step lives in its
+//! own module; refusals come back as values and `respond` turns them into answers.
 
 mod forward;
 pub mod headers;
 mod health;
 pub mod upstream;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::HOST;
@@ -14,7 +15,10 @@ use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use tokio_util::sync::CancellationToken;
 
+use crate::client_ip::ClientIpPolicy;
+use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
+use crate::edge::{EdgeLayer, EdgeVerdict};
 use crate::request_id::{self, X_REQUEST_ID};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
@@ -26,18 +30,28 @@ pub struct Runtime {
     pub router: Router,
     pub upstreams: Vec<Arc<UpstreamPool>>,
     pub max_header_bytes: usize,
+    pub client_ip: ClientIpPolicy,
+    pub edge: Option<EdgeLayer>,
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Runtime {
     pub fn new(config: &Config) -> Runtime {
+        Runtime::with_clock(config, Arc::new(SystemClock::new()))
+    }
+
+    pub fn with_clock(config: &Config, clock: Arc<dyn Clock>) -> Runtime {
+        let upstreams = config
+            .upstreams
+            .iter()
+            .map(|u| Arc::new(UpstreamPool::new(u)));
         Runtime {
             router: Router::new(&config.routes),
-            upstreams: config
-                .upstreams
-                .iter()
-                .map(|u| Arc::new(UpstreamPool::new(u)))
-                .collect(),
+            upstreams: upstreams.collect(),
             max_header_bytes: config.server.max_header_bytes,
+            client_ip: config.client_ip.clone(),
+            edge: config.edge.clone().map(EdgeLayer::new),
+            clock,
         }
     }
 
@@ -77,25 +91,49 @@ async fn proxy(
     request_id: &HeaderValue,
 ) -> Result<Response<ResponseBody>, GatewayError> {
     check_header_size(&request, runtime.max_header_bytes)?;
+    let client_ip = runtime
+        .client_ip
+        .resolve(client.peer.ip(), request.headers());
     let host = request_host(&request);
+    let host_name = host.as_ref().and_then(|h| h.to_str().ok());
     let route = runtime
         .router
-        .find(
-            host.as_ref().and_then(|h| h.to_str().ok()),
-            request.uri().path(),
-            request.method(),
-        )
+        .find(host_name, request.uri().path(), request.method())
         .ok_or_else(|| GatewayError::NoRoute {
             method: request.method().clone(),
             path: request.uri().path().to_string(),
         })?;
+    if let Some(refusal) = edge_refusal(runtime, client_ip.ip, request_id) {
+        return Ok(refusal);
+    }
     let forwarded = Forwarded {
         peer: client.peer.ip(),
+        peer_trusted: client_ip.peer_trusted,
         proto: client.proto,
         host: host.as_ref(),
         request_id,
     };
     forward::forward(&runtime.upstreams[route.upstream], request, &forwarded).await
+}
+
+/// The answer when the edge layer refuses the client: 403 for a deny list, 429 over the rate.
+fn edge_refusal(
+    runtime: &Runtime,
+    client_ip: IpAddr,
+    request_id: &HeaderValue,
+) -> Option<Response<ResponseBody>> {
+    let edge = runtime.edge.as_ref()?;
+    match edge.check(runtime.client_ip.group(client_ip), runtime.clock.now()) {
+        EdgeVerdict::Allow | EdgeVerdict::Exempt => None,
+        EdgeVerdict::Forbidden { list } => {
+            tracing::debug!(%client_ip, list, "refused: on a deny list");
+            Some(respond::forbidden(request_id))
+        }
+        EdgeVerdict::Limited {
+            status,
+            retry_after,
+        } => Some(respond::rate_limited(&status, retry_after, request_id)),
+    }
 }
 
 /// The Host header, or the HTTP/2 `:authority`.

@@ -178,6 +178,13 @@ pub fn client() -> Client<HttpConnector, TestBody> {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
+/// A client whose connections come from `source` (e.g. 127.0.0.2, a trusted proxy in a test).
+pub fn client_from(source: std::net::IpAddr) -> Client<HttpConnector, TestBody> {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(Some(source));
+    Client::builder(TokioExecutor::new()).build(connector)
+}
+
 /// Sends a request and collects the whole answer.
 pub async fn send(request: Request<TestBody>) -> (Response<()>, Bytes) {
     let response = tokio::time::timeout(Duration::from_secs(20), client().request(request))
