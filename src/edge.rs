@@ -66,12 +66,18 @@ pub enum EdgeVerdict {
 pub struct EdgeLayer {
     policy: EdgePolicy,
     buckets: EdgeBuckets,
+    /// `edge`, the policy name in headers and problem details.
+    name: Arc<str>,
 }
 
 impl EdgeLayer {
     pub fn new(policy: EdgePolicy) -> EdgeLayer {
         let buckets = EdgeBuckets::new(policy.max_tracked);
-        EdgeLayer { policy, buckets }
+        EdgeLayer {
+            policy,
+            buckets,
+            name: Arc::from("edge"),
+        }
     }
 
     /// Checks `ip` (already grouped by IPv6 prefix) at `now`, taking one token when allowed.
@@ -94,7 +100,7 @@ impl EdgeLayer {
             Gcra::Allow { .. } => EdgeVerdict::Allow,
             Gcra::Deny { retry_after, reset } => EdgeVerdict::Limited {
                 status: RateStatus {
-                    policy: "edge",
+                    policy: self.name.clone(),
                     limit: rate.limit,
                     window: rate.per,
                     remaining: 0,

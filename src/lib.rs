@@ -14,6 +14,7 @@ pub mod request_id;
 pub mod respond;
 pub mod route;
 pub mod server;
+pub mod store;
 
 use std::future::Future;
 

@@ -241,7 +241,7 @@ mod tests {
     #[test]
     fn rate_limited_rounds_waits_up_and_sends_both_header_families() {
         let status = RateStatus {
-            policy: "edge",
+            policy: "edge".into(),
             limit: 200,
             window: Duration::from_secs(1),
             remaining: 0,

@@ -57,7 +57,7 @@ fn burst_then_limited_then_refilled_by_the_clock() {
     };
     assert_eq!(retry_after, Duration::from_millis(100));
     assert_eq!(
-        (status.policy, status.limit, status.remaining),
+        (&*status.policy, status.limit, status.remaining),
         ("edge", 10, 0)
     );
     clock.advance(Duration::from_millis(99));

@@ -1,12 +1,14 @@
 //! GCRA (generic cell rate algorithm): a token bucket kept as one number, the theoretical
 //! arrival time (TAT). A bucket whose TAT is not after `now` is full and carries no state.
+//! With `max_delay`, a request may be admitted up to that far ahead of its slot and is told to
+//! wait (leaky-bucket smoothing, like nginx `limit_req` without `nodelay`).
 
 use std::time::Duration;
 
-use super::Rate;
+use super::{Cell, Rate, WindowCheck, nanos};
 use crate::clock::Nanos;
 
-/// The outcome of one check.
+/// The outcome of one plain check (no delay), for the edge layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gcra {
     /// Allowed; store `tat`. `remaining` tokens are left, the bucket is full again after `reset`.
@@ -24,22 +26,50 @@ pub enum Gcra {
 
 /// Checks a request of `cost` tokens against a bucket whose stored TAT is `tat` (0 when new).
 pub fn check(tat: Nanos, now: Nanos, rate: &Rate, cost: u64) -> Gcra {
+    match check_cell([tat, 0], now, rate, cost, 0) {
+        WindowCheck::Allow {
+            cell,
+            remaining,
+            reset,
+            ..
+        } => Gcra::Allow {
+            tat: cell[0],
+            remaining,
+            reset,
+        },
+        WindowCheck::Deny {
+            retry_after, reset, ..
+        } => Gcra::Deny { retry_after, reset },
+    }
+}
+
+/// The cell form: `[tat, 0]`.
+pub fn check_cell(
+    cell: Cell,
+    now: Nanos,
+    rate: &Rate,
+    cost: u64,
+    max_delay_ns: u64,
+) -> WindowCheck {
     let interval = rate.emission_interval_ns();
     let tolerance = interval.saturating_mul(rate.burst);
-    let start = tat.max(now);
+    let start = cell[0].max(now);
     let new_tat = start.saturating_add(interval.saturating_mul(cost));
     let ahead = new_tat - now;
-    if ahead > tolerance {
-        let retry_after = Duration::from_nanos(ahead - tolerance);
-        return Gcra::Deny {
-            retry_after,
-            reset: Duration::from_nanos(start - now),
+    if ahead > tolerance.saturating_add(max_delay_ns) {
+        let retry_after = ahead - tolerance.saturating_add(max_delay_ns);
+        let current = tolerance.saturating_sub(start - now) / interval;
+        return WindowCheck::Deny {
+            retry_after: nanos(retry_after),
+            remaining: current,
+            reset: nanos(start - now),
         };
     }
-    Gcra::Allow {
-        tat: new_tat,
-        remaining: (tolerance - ahead) / interval,
-        reset: Duration::from_nanos(ahead),
+    WindowCheck::Allow {
+        cell: [new_tat, 0],
+        remaining: tolerance.saturating_sub(ahead) / interval,
+        reset: nanos(ahead),
+        delay: nanos(ahead.saturating_sub(tolerance)),
     }
 }
 
@@ -88,7 +118,7 @@ mod tests {
             outcomes,
             [Some(4), Some(3), Some(2), Some(1), Some(0), None, None]
         );
-        // Two seconds later two tokens are back: one request leaves one.
+        // At t = 2 s two tokens are back: one request leaves one, the next leaves none.
         let Gcra::Allow { tat, remaining, .. } = check(tat, now + 2 * SECOND, &rate, 1) else {
             panic!()
         };
@@ -131,6 +161,32 @@ mod tests {
     }
 
     #[test]
+    fn delay_admits_ahead_of_the_slot_up_to_max_delay() {
+        let rate = rate(10, 1, 1); // one every 100 ms, no burst beyond one
+        let now = 10 * SECOND;
+        let WindowCheck::Allow { cell, delay, .. } = check_cell([0, 0], now, &rate, 1, 250_000_000)
+        else {
+            panic!()
+        };
+        assert_eq!(delay, Duration::ZERO);
+        let WindowCheck::Allow { cell, delay, .. } = check_cell(cell, now, &rate, 1, 250_000_000)
+        else {
+            panic!()
+        };
+        assert_eq!(delay, Duration::from_millis(100));
+        let WindowCheck::Allow { cell, delay, .. } = check_cell(cell, now, &rate, 1, 250_000_000)
+        else {
+            panic!()
+        };
+        assert_eq!(delay, Duration::from_millis(200));
+        let WindowCheck::Deny { retry_after, .. } = check_cell(cell, now, &rate, 1, 250_000_000)
+        else {
+            panic!()
+        };
+        assert_eq!(retry_after, Duration::from_millis(50));
+    }
+
+    #[test]
     fn a_full_bucket_is_the_same_as_a_forgotten_one() {
         let rate = rate(5, 1, 5);
         let now = 10 * SECOND;
@@ -138,8 +194,7 @@ mod tests {
             panic!()
         };
         assert!(!is_full(tat, now));
-        let refilled = tat;
-        assert!(is_full(tat, refilled));
-        assert_eq!(check(tat, refilled, &rate, 1), check(0, refilled, &rate, 1));
+        assert!(is_full(tat, tat));
+        assert_eq!(check(tat, tat, &rate, 1), check(0, tat, &rate, 1));
     }
 }

@@ -1,11 +1,20 @@
 //! Rate limit arithmetic shared by the edge layer and the per-key limits. Algorithms are pure:
-//! they take the stored state and `now`, and return a decision and the new state.
+//! each takes the stored state of one window, `now`, the rate and the cost, and returns a
+//! decision and the new state. Stores own the state and the locking.
 
+pub mod fixed_window;
 pub mod gcra;
+pub mod key;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-/// `limit` requests per `per`, at most `burst` at once.
+use crate::clock::Nanos;
+
+/// `limit` requests per `per`, at most `burst` at once (token_bucket and gcra).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
     pub limit: u64,
@@ -17,19 +26,121 @@ impl Rate {
     /// Time for one token to come back, in nanoseconds (at least 1).
     pub fn emission_interval_ns(&self) -> u64 {
         // u64 holds 584 years of nanoseconds, and its division is several times cheaper.
-        let per = u64::try_from(self.per.as_nanos()).unwrap_or(u64::MAX);
-        (per / self.limit.max(1)).max(1)
+        (self.per_ns() / self.limit.max(1)).max(1)
+    }
+
+    pub fn per_ns(&self) -> u64 {
+        u64::try_from(self.per.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 }
 
-/// What a client is told about one rate: the policy and where it stands.
+/// What a client is told about one window: the policy and where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateStatus {
-    /// Names the policy in headers and problem details (`edge`, or a limit name).
-    pub policy: &'static str,
+    /// Names the policy in headers and problem details (`edge`, or a limit's window).
+    pub policy: Arc<str>,
     pub limit: u64,
     pub window: Duration,
     pub remaining: u64,
     /// Until the full quota is back.
     pub reset: Duration,
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    TokenBucket,
+    Gcra,
+    SlidingWindow,
+    FixedWindow,
+    SlidingLog,
+}
+
+impl Algorithm {
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::Gcra => "gcra",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingLog => "sliding_log",
+        }
+    }
+
+    /// Bucket algorithms have a burst and can delay instead of reject.
+    pub fn is_bucket(self) -> bool {
+        matches!(self, Algorithm::TokenBucket | Algorithm::Gcra)
+    }
+}
+
+/// The stored state of one window of one identity: two words, all zero when fresh.
+pub type Cell = [u64; 2];
+
+/// The outcome of checking one window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowCheck {
+    /// Store `cell`; `remaining` is left after this request, the window is whole again after
+    /// `reset`, and the request must wait `delay` first (bucket algorithms with max_delay).
+    Allow {
+        cell: Cell,
+        remaining: u64,
+        reset: Duration,
+        delay: Duration,
+    },
+    /// Nothing consumed; the same request passes after `retry_after`.
+    Deny {
+        retry_after: Duration,
+        remaining: u64,
+        reset: Duration,
+    },
+}
+
+impl WindowCheck {
+    pub fn is_allow(&self) -> bool {
+        matches!(self, WindowCheck::Allow { .. })
+    }
+}
+
+/// Checks one window of a cell-based algorithm. Sliding logs are checked by `sliding_log`.
+pub fn check_cell(
+    algorithm: Algorithm,
+    cell: Cell,
+    now: Nanos,
+    rate: &Rate,
+    cost: u64,
+    max_delay: Duration,
+) -> WindowCheck {
+    let max_delay_ns = u64::try_from(max_delay.as_nanos()).unwrap_or(u64::MAX);
+    match algorithm {
+        Algorithm::TokenBucket => token_bucket::check(cell, now, rate, cost, max_delay_ns),
+        Algorithm::Gcra => gcra::check_cell(cell, now, rate, cost, max_delay_ns),
+        Algorithm::SlidingWindow => sliding_window::check(cell, now, rate, cost),
+        Algorithm::FixedWindow => fixed_window::check(cell, now, rate, cost),
+        // Logs are not cells; the store routes them to `sliding_log`. Refuse rather than guess.
+        Algorithm::SlidingLog => WindowCheck::Deny {
+            retry_after: rate.per,
+            remaining: 0,
+            reset: rate.per,
+        },
+    }
+}
+
+/// True when a cell carries no information at `now` (the same as a fresh one), so a store may
+/// forget it.
+pub fn is_idle(algorithm: Algorithm, cell: Cell, now: Nanos, rate: &Rate) -> bool {
+    match algorithm {
+        Algorithm::TokenBucket => token_bucket::is_full(cell, now, rate),
+        Algorithm::Gcra => gcra::is_full(cell[0], now),
+        Algorithm::SlidingWindow => sliding_window::is_idle(cell, now, rate),
+        Algorithm::FixedWindow => fixed_window::is_idle(cell, now, rate),
+        Algorithm::SlidingLog => true,
+    }
+}
+
+fn nanos(ns: u64) -> Duration {
+    Duration::from_nanos(ns)
+}
+
+#[cfg(test)]
+mod properties;

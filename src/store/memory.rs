@@ -1,0 +1,225 @@
+//! The in-process store: 64 shards of window cells keyed by identity. A request's windows are
+//! checked and committed under the locks of every shard they touch, taken in ascending order,
+//! so many tasks on one key never admit more than the limit, and all-or-nothing holds.
+//!
+//! Each entry records when it becomes equivalent to a fresh one (like a Redis PEXPIRE); such
+//! entries are swept when a shard fills. Memory is bounded by `max_entries`: when a shard is
+//! full of live entries, new identities are counted in a few shared overflow cells (stricter,
+//! never looser), whose state they inherit once they get an entry of their own.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+
+use hashbrown::HashTable;
+
+use super::{WindowRequest, groups_to_commit};
+use crate::clock::Nanos;
+use crate::limit::sliding_log::{self, Log};
+use crate::limit::{Algorithm, Cell, WindowCheck, check_cell};
+
+const SHARDS: usize = 64;
+const OVERFLOW_CELLS: u64 = 64;
+const SWEEP_PAUSE_NS: u64 = 100_000_000;
+
+/// One stored window: 40 bytes.
+struct Entry {
+    key: [u64; 2],
+    cell: Cell,
+    expires_at: Nanos,
+}
+
+#[derive(Default)]
+struct Shard {
+    cells: HashTable<Entry>,
+    /// Sliding logs with the time their newest entry leaves the window.
+    logs: HashMap<[u64; 2], (Log, Nanos)>,
+    sweep_not_before: Nanos,
+}
+
+pub struct MemoryStore {
+    shards: Box<[Mutex<Shard>]>,
+    shard_capacity: usize,
+}
+
+impl MemoryStore {
+    pub fn new(max_entries: usize) -> MemoryStore {
+        MemoryStore {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            shard_capacity: max_entries.div_ceil(SHARDS).max(1),
+        }
+    }
+
+    /// Checks every window and commits them all-or-nothing (see `groups_to_commit`).
+    pub fn check_all(&self, requests: &[WindowRequest], now: Nanos) -> Vec<WindowCheck> {
+        let mut locked = self.lock_shards(requests);
+        let mut keys = Vec::with_capacity(requests.len());
+        let mut checks = Vec::with_capacity(requests.len());
+        for request in requests {
+            let shard = locked.shard(shard_of(request.identity));
+            let key = shard.resolve_key(split(request.identity), now, self.shard_capacity);
+            checks.push(shard.check(key, request, now));
+            keys.push(key);
+        }
+        let allowed: Vec<bool> = checks.iter().map(WindowCheck::is_allow).collect();
+        let commit = groups_to_commit(requests, &allowed);
+        for (i, request) in requests.iter().enumerate() {
+            if commit[i] {
+                locked
+                    .shard(shard_of(request.identity))
+                    .commit(keys[i], request, &checks[i], now);
+            }
+        }
+        checks
+    }
+
+    /// How many windows are held in memory.
+    pub fn entries(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let shard = lock(s);
+                shard.cells.len() + shard.logs.len()
+            })
+            .sum()
+    }
+
+    /// Bytes held by the cell tables (sliding logs not included).
+    pub fn memory_bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| lock(s).cells.allocation_size())
+            .sum::<usize>()
+            + size_of::<Self>()
+    }
+
+    fn lock_shards(&self, requests: &[WindowRequest]) -> LockedShards<'_> {
+        let mut indices: Vec<usize> = requests.iter().map(|r| shard_of(r.identity)).collect();
+        indices.sort_unstable();
+        indices.dedup();
+        let guards = indices
+            .iter()
+            .map(|&i| (i, lock(&self.shards[i])))
+            .collect();
+        LockedShards { guards }
+    }
+}
+
+struct LockedShards<'a> {
+    guards: Vec<(usize, MutexGuard<'a, Shard>)>,
+}
+
+impl LockedShards<'_> {
+    fn shard(&mut self, index: usize) -> &mut Shard {
+        let position = self
+            .guards
+            .iter()
+            .position(|(i, _)| *i == index)
+            .unwrap_or(0);
+        &mut self.guards[position].1
+    }
+}
+
+impl Shard {
+    /// The key a window is stored under: its own, or an overflow cell when the shard is full.
+    fn resolve_key(&mut self, key: [u64; 2], now: Nanos, capacity: usize) -> [u64; 2] {
+        let hash = key[1];
+        let known =
+            self.cells.find(hash, |e| e.key == key).is_some() || self.logs.contains_key(&key);
+        if known || self.cells.len() + self.logs.len() < capacity || self.make_room(now, capacity) {
+            return key;
+        }
+        overflow_key(key)
+    }
+
+    fn check(&self, key: [u64; 2], request: &WindowRequest, now: Nanos) -> WindowCheck {
+        if request.algorithm == Algorithm::SlidingLog {
+            let empty = Log::new();
+            let log = self.logs.get(&key).map_or(&empty, |(log, _)| log);
+            return sliding_log::check(log, now, &request.rate, request.cost);
+        }
+        let cell = self
+            .live_cell(key, now)
+            .or_else(|| self.live_cell(overflow_key(key), now))
+            .unwrap_or([0, 0]);
+        check_cell(
+            request.algorithm,
+            cell,
+            now,
+            &request.rate,
+            request.cost,
+            request.max_delay,
+        )
+    }
+
+    fn live_cell(&self, key: [u64; 2], now: Nanos) -> Option<Cell> {
+        let entry = self.cells.find(key[1], |e| e.key == key)?;
+        (entry.expires_at > now).then_some(entry.cell)
+    }
+
+    fn commit(&mut self, key: [u64; 2], request: &WindowRequest, check: &WindowCheck, now: Nanos) {
+        let WindowCheck::Allow { cell, reset, .. } = *check else {
+            return;
+        };
+        if request.algorithm == Algorithm::SlidingLog {
+            let (log, expires_at) = self.logs.entry(key).or_default();
+            sliding_log::commit(log, now, &request.rate, request.cost);
+            *expires_at = now.saturating_add(request.rate.per_ns());
+            return;
+        }
+        let expires_at = now.saturating_add(reset.as_nanos() as u64);
+        match self.cells.find_mut(key[1], |e| e.key == key) {
+            Some(entry) => {
+                entry.cell = cell;
+                entry.expires_at = expires_at;
+            }
+            None => {
+                self.cells.insert_unique(
+                    key[1],
+                    Entry {
+                        key,
+                        cell,
+                        expires_at,
+                    },
+                    |e| e.key[1],
+                );
+            }
+        }
+    }
+
+    /// Forgets expired entries; true when that made room. A saturated shard is not swept again
+    /// for a moment.
+    fn make_room(&mut self, now: Nanos, capacity: usize) -> bool {
+        if now < self.sweep_not_before {
+            return false;
+        }
+        self.cells.retain(|e| e.expires_at > now);
+        self.logs.retain(|_, (_, expires_at)| *expires_at > now);
+        if self.cells.len() + self.logs.len() < capacity {
+            return true;
+        }
+        self.sweep_not_before = now + SWEEP_PAUSE_NS;
+        false
+    }
+}
+
+fn shard_of(identity: u128) -> usize {
+    (identity >> 122) as usize % SHARDS
+}
+
+fn split(identity: u128) -> [u64; 2] {
+    [(identity >> 64) as u64, identity as u64]
+}
+
+/// Overflow cells share the shard (top bits) and are few; the all-ones first word marks them.
+fn overflow_key(key: [u64; 2]) -> [u64; 2] {
+    [u64::MAX, key[1] % OVERFLOW_CELLS]
+}
+
+fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    shard
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,44 @@
+//! Where limit state lives. The memory store makes one instance exact; the Redis store (a later
+//! step) makes a fleet exact with the same semantics: every window of every limit of a request
+//! is checked at once, and a denied request consumes nothing anywhere.
+
+pub mod memory;
+
+use std::time::Duration;
+
+use crate::limit::key::Identity;
+use crate::limit::{Algorithm, Rate};
+
+/// One window of one limit for one identity, as a request needs it checked.
+#[derive(Debug, Clone)]
+pub struct WindowRequest {
+    pub identity: Identity,
+    pub algorithm: Algorithm,
+    pub rate: Rate,
+    pub cost: u64,
+    pub max_delay: Duration,
+    /// Windows of one limit share a group; a group is admitted or not as a whole.
+    pub group: usize,
+    /// A shadow group never blocks the request; it is committed only when it would allow.
+    pub shadow: bool,
+}
+
+/// Which groups to commit, given every window's verdict: when all enforced groups allow,
+/// every group that allows (enforced or shadow); otherwise none.
+pub fn groups_to_commit(requests: &[WindowRequest], allowed: &[bool]) -> Vec<bool> {
+    let group_allows = |group: usize| {
+        requests
+            .iter()
+            .zip(allowed)
+            .filter(|(r, _)| r.group == group)
+            .all(|(_, a)| *a)
+    };
+    let enforced_allow = requests
+        .iter()
+        .filter(|r| !r.shadow)
+        .all(|r| group_allows(r.group));
+    requests
+        .iter()
+        .map(|r| enforced_allow && group_allows(r.group))
+        .collect()
+}
