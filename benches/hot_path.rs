@@ -11,7 +11,10 @@ use ratelimit_proxy::client_ip::{ClientIpPolicy, ForwardHeader};
 use ratelimit_proxy::clock::{Clock, SystemClock};
 use ratelimit_proxy::edge::{EdgeLayer, EdgePolicy};
 use ratelimit_proxy::ip_set::IpSet;
-use ratelimit_proxy::limit::Rate;
+use ratelimit_proxy::limit::key::{KeyPart, Missing, RequestFacts};
+use ratelimit_proxy::limit::limiter::{Limiter, RouteLimits};
+use ratelimit_proxy::limit::rules::{LimitRule, OnError, Window};
+use ratelimit_proxy::limit::{Algorithm, Rate};
 
 fn random_v4_blocks(count: usize, seed: u64) -> Vec<ipnet::IpNet> {
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -46,11 +49,12 @@ fn edge_check(c: &mut Criterion) {
     let clock = SystemClock::new();
     let known: IpAddr = "198.51.100.7".parse().unwrap();
     for i in 0..100_000u32 {
-        edge.check(IpAddr::from(i.to_be_bytes()), clock.now());
+        let ip = IpAddr::from(i.to_be_bytes());
+        edge.check(ip, ip, clock.now());
     }
-    edge.check(known, clock.now());
+    edge.check(known, known, clock.now());
     c.bench_function("edge check, known IP", |b| {
-        b.iter(|| edge.check(black_box(known), clock.now()))
+        b.iter(|| edge.check(black_box(known), known, clock.now()))
     });
 }
 
@@ -86,5 +90,72 @@ fn list_lookup(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, edge_check, header_walk, list_lookup);
+fn limits_decision(c: &mut Criterion) {
+    let wide = |limit| Rate {
+        limit,
+        per: Duration::from_secs(60),
+        burst: limit,
+    };
+    let window = |rate: Rate, name: &str| Window {
+        rate,
+        policy: Arc::from(name),
+    };
+    let rule = |name: &str, key: Vec<KeyPart>, algorithm| LimitRule {
+        name: Arc::from(name),
+        key,
+        missing: Missing::Ip,
+        algorithm,
+        // Limits that are never reached: this measures the common, allowed path.
+        windows: vec![
+            window(wide(u32::MAX as u64), "a"),
+            window(wide(u32::MAX as u64), "b"),
+        ],
+        tiers: Default::default(),
+        shadow: false,
+        max_delay: Duration::ZERO,
+        exempt_lists: Vec::new(),
+        on_error: OnError::Allow,
+    };
+    let rules = vec![
+        rule(
+            "per-key",
+            vec![KeyPart::parse("header:x-api-key").unwrap()],
+            Algorithm::TokenBucket,
+        ),
+        rule(
+            "per-ip",
+            vec![KeyPart::Ip, KeyPart::Route],
+            Algorithm::SlidingWindow,
+        ),
+    ];
+    let limiter = Limiter::new(rules, None, Some("secret"), 4_000_000);
+    let route = RouteLimits {
+        rules: vec![0, 1],
+        cost: 1,
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert("x-api-key", HeaderValue::from_static("k-0123456789abcdef"));
+    let ip: IpAddr = "198.51.100.7".parse().unwrap();
+    let facts = RequestFacts {
+        client_ip: ip,
+        route: "default",
+        method: &http::Method::GET,
+        host: Some("api.example.com"),
+        path: "/v1/things",
+        query: None,
+        headers: &headers,
+    };
+    let clock = SystemClock::new();
+    c.bench_function("limits decision, 2 limits x 2 windows, memory store", |b| {
+        b.iter(|| limiter.evaluate(&route, black_box(&facts), ip, clock.now()))
+    });
+}
+
+criterion_group!(
+    benches,
+    edge_check,
+    header_walk,
+    list_lookup,
+    limits_decision
+);
 criterion_main!(benches);

@@ -80,8 +80,9 @@ impl EdgeLayer {
         }
     }
 
-    /// Checks `ip` (already grouped by IPv6 prefix) at `now`, taking one token when allowed.
-    pub fn check(&self, ip: IpAddr, now: Nanos) -> EdgeVerdict {
+    /// Checks client `ip` at `now`, taking one token from the bucket of `bucket_ip` (the
+    /// address grouped by IPv6 prefix) when allowed. Lists match the address itself.
+    pub fn check(&self, ip: IpAddr, bucket_ip: IpAddr, now: Nanos) -> EdgeVerdict {
         if let Some((list, _)) = self.policy.deny.iter().find(|(_, ips)| ips.contains(ip)) {
             return EdgeVerdict::Forbidden { list: list.clone() };
         }
@@ -96,7 +97,7 @@ impl EdgeLayer {
                 _ => {}
             }
         }
-        match self.buckets.check(ip, now, rate) {
+        match self.buckets.check(bucket_ip, now, rate) {
             Gcra::Allow { .. } => EdgeVerdict::Allow,
             Gcra::Deny { retry_after, reset } => EdgeVerdict::Limited {
                 status: RateStatus {

@@ -119,8 +119,14 @@ async fn demo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
     let gateway = ratelimit_proxy::Gateway::bind(config).await?;
     let url = format!("http://{}", gateway.local_addrs()[0]);
     println!("ratelimit-proxy demo: {url} -> echo upstream at http://{upstream}");
-    println!("  try: curl -i {url}/hello");
-    println!("       oha -z 10s -c 50 {url}/hello");
+    println!("  limits: 10 per 10 s per x-api-key (or per IP without one), 3 per minute on /login");
+    println!(
+        "  try: curl -i {url}/hello                      # see X-RateLimit-* and RateLimit headers"
+    );
+    println!(
+        "       for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' {url}/hello; done"
+    );
+    println!("       oha -z 10s -c 50 -H 'x-api-key: load' {url}/hello");
     println!("  stop with Ctrl-C");
     gateway.serve(shutdown_signal()).await?;
     Ok(ExitCode::SUCCESS)
@@ -159,12 +165,38 @@ const DEMO_CONFIG: &str = r#"
 listen = ["{LISTEN}"]
 shutdown_grace = "5s"
 
+[edge]
+rate = "500/s"
+burst = 1000
+
+[store]
+backend = "memory"
+
 [[upstreams]]
 name = "echo"
 servers = ["http://{UPSTREAM}"]
 
 [[routes]]
+name = "login"
+path_prefix = "/login"
+upstream = "echo"
+limits = ["login-per-ip"]
+
+[[routes]]
 name = "default"
 path_prefix = "/"
 upstream = "echo"
+limits = ["per-key"]
+
+[[limits]]
+name = "per-key"
+key = ["header:x-api-key"]
+missing = "ip"
+rates = [{ limit = 10, per = "10s" }, { limit = 1000, per = "1d" }]
+
+[[limits]]
+name = "login-per-ip"
+key = ["ip"]
+algorithm = "sliding_window"
+rates = [{ limit = 3, per = "1m" }]
 "#;

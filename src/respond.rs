@@ -5,14 +5,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
-use http_body_util::{Either, Full};
-use hyper::body::Incoming;
 use serde::Serialize;
 
+use crate::config::ResponseStyle;
 use crate::limit::RateStatus;
 
-/// Body of every response: streamed from an upstream, or generated here.
-pub type ResponseBody = Either<Incoming, Full<Bytes>>;
+pub use crate::body::ResponseBody;
 
 /// Why a request was not forwarded, or why forwarding failed.
 #[derive(Debug, thiserror::Error)]
@@ -109,56 +107,102 @@ struct Problem<'a> {
 
 /// 403 for a client on a deny list. Which list stays in the logs.
 pub fn forbidden(request_id: &HeaderValue) -> Response<ResponseBody> {
-    problem_response(
-        StatusCode::FORBIDDEN,
-        "about:blank",
-        "requests from your address are not accepted",
-        request_id,
-    )
+    let detail = "requests from your address are not accepted";
+    problem_response(StatusCode::FORBIDDEN, "about:blank", detail, request_id)
 }
 
-/// 429 with Retry-After, the rate-limit headers and a problem+json body naming the policy.
+/// A refusal by a rate policy (the edge layer or a limit), as `respond` turns it into a 429.
+pub struct Denial<'a> {
+    /// `edge` or the limit's name.
+    pub policy: &'a str,
+    pub retry_after: Duration,
+    /// The window that holds the request back first, then every other one checked.
+    pub statuses: &'a [RateStatus],
+}
+
+/// 429 with Retry-After (the exact wait, rounded up), the rate-limit headers and a
+/// problem+json body naming the policy and the wait.
 pub fn rate_limited(
-    status: &RateStatus,
-    retry_after: Duration,
+    denial: &Denial<'_>,
+    style: &ResponseStyle,
     request_id: &HeaderValue,
 ) -> Response<ResponseBody> {
-    let wait = whole_seconds(retry_after);
+    let wait = whole_seconds(denial.retry_after);
     let detail = format!(
         "rate limit \"{}\" exceeded; retry in {wait} s",
-        status.policy
+        denial.policy
     );
+    let status = StatusCode::TOO_MANY_REQUESTS;
+    let mut response = problem_response(status, &style.problem_type, &detail, request_id);
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(wait));
+    insert_rate_headers(headers, denial.statuses, style);
+    response
+}
+
+/// 401 when a limit's key part is absent and the limit says `missing = "deny"`.
+pub fn missing_key(limit: &str, part: &str, request_id: &HeaderValue) -> Response<ResponseBody> {
+    let detail = format!("limit \"{limit}\" identifies clients by {part}, which the request lacks");
+    let mut response =
+        problem_response(StatusCode::UNAUTHORIZED, "about:blank", &detail, request_id);
+    let challenge = HeaderValue::from_static("Key realm=\"ratelimit-proxy\"");
+    response
+        .headers_mut()
+        .insert(header::WWW_AUTHENTICATE, challenge);
+    response
+}
+
+/// 503 with Retry-After: 1 when a route is at its `max_in_flight`.
+pub fn too_busy(route: &str, request_id: &HeaderValue) -> Response<ResponseBody> {
+    let detail = format!("route \"{route}\" is at its concurrency limit; retry shortly");
     let mut response = problem_response(
-        StatusCode::TOO_MANY_REQUESTS,
+        StatusCode::SERVICE_UNAVAILABLE,
         "about:blank",
         &detail,
         request_id,
     );
-    let headers = response.headers_mut();
-    headers.insert(header::RETRY_AFTER, HeaderValue::from(wait));
-    insert_rate_headers(headers, status);
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
     response
 }
 
-/// X-RateLimit-Limit/Remaining/Reset and the IETF draft `RateLimit-Policy` and `RateLimit`.
-pub fn insert_rate_headers(headers: &mut http::HeaderMap, status: &RateStatus) {
-    let reset = whole_seconds(status.reset);
-    headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(status.limit));
-    headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(status.remaining));
-    headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
-    let policy = format!(
-        "\"{}\";q={};w={}",
-        status.policy,
-        status.limit,
-        status.window.as_secs().max(1)
-    );
-    let current = format!("\"{}\";r={};t={reset}", status.policy, status.remaining);
-    if let (Ok(policy), Ok(current)) = (
-        HeaderValue::from_str(&policy),
-        HeaderValue::from_str(&current),
-    ) {
-        headers.insert(RATELIMIT_POLICY, policy);
-        headers.insert(RATELIMIT, current);
+/// `X-RateLimit-Limit/Remaining/Reset` for the first (most restrictive) status, the IETF
+/// `RateLimit-Policy` listing every window, and `RateLimit` for the first.
+pub fn insert_rate_headers(
+    headers: &mut http::HeaderMap,
+    statuses: &[RateStatus],
+    style: &ResponseStyle,
+) {
+    let Some(first) = statuses.first() else {
+        return;
+    };
+    let reset = whole_seconds(first.reset);
+    if style.x_ratelimit {
+        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(first.limit));
+        headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(first.remaining));
+        headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+    }
+    if style.ietf {
+        let policies: Vec<String> = statuses
+            .iter()
+            .map(|s| {
+                format!(
+                    "\"{}\";q={};w={}",
+                    s.policy,
+                    s.limit,
+                    whole_seconds(s.window).max(1)
+                )
+            })
+            .collect();
+        let current = format!("\"{}\";r={};t={reset}", first.policy, first.remaining);
+        if let (Ok(policy), Ok(current)) = (
+            HeaderValue::from_str(&policies.join(", ")),
+            HeaderValue::from_str(&current),
+        ) {
+            headers.insert(RATELIMIT_POLICY, policy);
+            headers.insert(RATELIMIT, current);
+        }
     }
 }
 
@@ -200,7 +244,7 @@ pub fn problem_response(
         request_id: request_id.to_str().unwrap_or_default(),
     };
     let body = serde_json::to_vec(&problem).unwrap_or_default();
-    let mut response = Response::new(Either::Right(Full::new(Bytes::from(body))));
+    let mut response = Response::new(ResponseBody::generated(Bytes::from(body)));
     *response.status_mut() = status;
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -226,10 +270,7 @@ mod tests {
             response.headers()[header::CONTENT_TYPE],
             "application/problem+json"
         );
-        let Either::Right(body) = response.into_body() else {
-            panic!("generated body expected")
-        };
-        let bytes = body.collect().await.unwrap().to_bytes();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
         let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(json["status"], 404);
         assert_eq!(json["title"], "Not Found");
@@ -240,27 +281,44 @@ mod tests {
 
     #[test]
     fn rate_limited_rounds_waits_up_and_sends_both_header_families() {
-        let status = RateStatus {
-            policy: "edge".into(),
-            limit: 200,
-            window: Duration::from_secs(1),
-            remaining: 0,
-            reset: Duration::from_millis(1500),
+        let status = |policy: &str, limit, window, remaining, reset_ms| RateStatus {
+            policy: policy.into(),
+            limit,
+            window: Duration::from_secs(window),
+            remaining,
+            reset: Duration::from_millis(reset_ms),
         };
-        let response = rate_limited(
-            &status,
-            Duration::from_millis(4001),
-            &HeaderValue::from_static("id"),
-        );
+        let statuses = [
+            status("per-key-1m", 100, 60, 0, 1500),
+            status("per-key-1d", 5000, 86400, 4000, 86_000_000),
+        ];
+        let denial = Denial {
+            policy: "per-key",
+            retry_after: Duration::from_millis(4001),
+            statuses: &statuses,
+        };
+        let style = ResponseStyle::default();
+        let response = rate_limited(&denial, &style, &HeaderValue::from_static("id"));
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         let h = response.headers();
         assert_eq!(h["retry-after"], "5");
-        assert_eq!(h["x-ratelimit-limit"], "200");
+        assert_eq!(h["x-ratelimit-limit"], "100");
         assert_eq!(h["x-ratelimit-remaining"], "0");
         assert_eq!(h["x-ratelimit-reset"], "2");
-        assert_eq!(h["ratelimit-policy"], "\"edge\";q=200;w=1");
-        assert_eq!(h["ratelimit"], "\"edge\";r=0;t=2");
+        assert_eq!(
+            h["ratelimit-policy"],
+            "\"per-key-1m\";q=100;w=60, \"per-key-1d\";q=5000;w=86400"
+        );
+        assert_eq!(h["ratelimit"], "\"per-key-1m\";r=0;t=2");
         assert_eq!(whole_seconds(Duration::from_secs(3)), 3);
         assert_eq!(whole_seconds(Duration::from_nanos(1)), 1);
+
+        let only_ietf = ResponseStyle {
+            x_ratelimit: false,
+            ..ResponseStyle::default()
+        };
+        let response = rate_limited(&denial, &only_ietf, &HeaderValue::from_static("id"));
+        assert!(response.headers().get("x-ratelimit-limit").is_none());
+        assert!(response.headers().contains_key("ratelimit"));
     }
 }

@@ -1,9 +1,13 @@
 //! Route matching: the first `[[routes]]` entry whose host, path prefix and method all match.
 //! Routes are compiled at config load; matching allocates nothing.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use http::Method;
 
 use crate::config::RouteConfig;
+use crate::limit::limiter::RouteLimits;
 
 /// A compiled route.
 #[derive(Debug)]
@@ -14,9 +18,36 @@ pub struct Route {
     methods: Option<Vec<Method>>,
     /// Index into the runtime's upstream pools.
     pub upstream: usize,
+    pub limits: RouteLimits,
+    max_in_flight: Option<usize>,
+    in_flight: Arc<AtomicUsize>,
 }
 
+/// A request counted against its route's `max_in_flight` until dropped.
+pub struct InFlightSlot(Arc<AtomicUsize>);
+
+impl Drop for InFlightSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The route is at `max_in_flight`.
+pub struct RouteBusy;
+
 impl Route {
+    /// Takes an in-flight slot: Ok(None) when the route has no cap.
+    pub fn enter(&self) -> Result<Option<InFlightSlot>, RouteBusy> {
+        let Some(max) = self.max_in_flight else {
+            return Ok(None);
+        };
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= max {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return Err(RouteBusy);
+        }
+        Ok(Some(InFlightSlot(self.in_flight.clone())))
+    }
+
     fn matches(&self, host: Option<&str>, path: &str, method: &Method) -> bool {
         let host_matches = match (&self.host, host) {
             (None, _) => true,
@@ -45,6 +76,12 @@ impl Router {
                 path_prefix: c.path_prefix.clone(),
                 methods: c.methods.clone(),
                 upstream: c.upstream,
+                limits: RouteLimits {
+                    rules: c.limits.clone(),
+                    cost: c.cost,
+                },
+                max_in_flight: c.max_in_flight,
+                in_flight: Arc::new(AtomicUsize::new(0)),
             })
             .collect();
         Router { routes }
@@ -84,6 +121,9 @@ mod tests {
             path_prefix: prefix.into(),
             methods: methods.map(|m| m.to_vec()),
             upstream: 0,
+            limits: Vec::new(),
+            cost: 1,
+            max_in_flight: Some(2),
         }
     }
 
@@ -123,6 +163,18 @@ mod tests {
     fn no_match_is_none() {
         let r = Router::new(&[config("v1", None, "/v1/", None)]);
         assert_eq!(name(&r, None, "/v2/x", Method::GET), None);
+    }
+
+    #[test]
+    fn in_flight_slots_are_capped_and_released_on_drop() {
+        let r = router();
+        let route = r.find(None, "/", &Method::GET).unwrap();
+        let first = route.enter().ok().flatten();
+        let second = route.enter().ok().flatten();
+        assert!(first.is_some() && second.is_some());
+        assert!(route.enter().is_err());
+        drop(first);
+        assert!(route.enter().is_ok());
     }
 
     #[test]

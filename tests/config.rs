@@ -152,10 +152,11 @@ methods = ["G E T"]
 #[test]
 fn sections_not_built_yet_are_refused_not_ignored() {
     for section in [
-        "[plans]\nkey = \"header:x-api-key\"",
         "[store]\nbackend = \"redis\"",
-        "[[limits]]\nname = \"x\"",
+        "[store]\nurl = \"redis://127.0.0.1:6379\"",
         "[admin]\nlisten = \"127.0.0.1:9090\"",
+        "[log]\nformat = \"json\"",
+        "[[server.tls]]\nlisten = \"0.0.0.0:8443\"",
     ] {
         let lines = problems(&format!("{VALID}\n{section}\n"));
         assert!(
@@ -163,14 +164,95 @@ fn sections_not_built_yet_are_refused_not_ignored() {
             "{section}: {lines:?}"
         );
     }
-    let lines = problems(&VALID.replace(
-        "upstream = \"api\"",
-        "upstream = \"api\"\nlimits = [\"per-key\"]",
-    ));
-    assert_eq!(lines.len(), 1);
+}
+
+#[test]
+fn limit_mistakes_name_their_paths() {
+    let text = format!(
+        r#"{}
+[[limits]]
+name = "per-key"
+key = ["header:x-api-key", "body:x"]
+missing = "maybe"
+algorithm = "leaky"
+rates = [{{ limit = 0, per = "1 minute" }}]
+action = "delay"
+
+[[limits]]
+name = "log"
+key = ["ip"]
+algorithm = "sliding_log"
+rates = [{{ limit = 5000, per = "1m", burst = 10 }}]
+exempt_lists = ["nobody"]
+tiers = {{ pro = "lots" }}
+
+[[limits]]
+name = "small"
+key = ["ip"]
+rates = [{{ limit = 5, per = "1m" }}]
+on_error = "explode"
+max_delay = "1s"
+"#,
+        VALID.replace(
+            "upstream = \"api\"",
+            "upstream = \"api\"\nlimits = [\"small\", \"nope\"]\ncost = 6"
+        )
+    );
+    let all = problems(&text).join("\n");
+    for path in [
+        "limits[0].key[1]",
+        "limits[0].missing",
+        "limits[0].algorithm",
+        "limits[0].rates[0].limit",
+        "limits[0].rates[0].per",
+        "limits[1].rates[0].limit",
+        "limits[1].rates[0].burst",
+        "limits[1].exempt_lists[0]",
+        "limits[1].tiers.pro",
+        "limits[2].on_error",
+        "limits[2].max_delay",
+        "routes[0].limits[1]",
+        "routes[0].cost",
+    ] {
+        assert!(
+            all.contains(&format!("gw.toml: {path}: ")),
+            "{path} missing from:\n{all}"
+        );
+    }
+    assert!(all.contains("could never pass"), "{all}");
+}
+
+#[test]
+fn delay_needs_a_bucket_algorithm_and_plans_need_known_tiers() {
+    let dir = std::env::temp_dir().join(format!("rlp-config-plans-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("plans.toml"), "\"k1\" = \"gold\"\n").unwrap();
+    let text = format!(
+        r#"{VALID}
+[[limits]]
+name = "window"
+key = ["ip"]
+algorithm = "fixed_window"
+rates = [{{ limit = 5, per = "1m" }}]
+action = "delay"
+tiers = {{ pro = [{{ limit = 50, per = "1m" }}] }}
+
+[plans]
+key = "header:x-api-key"
+file = "plans.toml"
+"#
+    );
+    let source = dir.join("gw.toml");
+    let error = parse_str(&text, source.to_str().unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(
-        lines[0].starts_with("gw.toml: routes[0].limits: not supported yet"),
-        "{lines:?}"
+        error.contains("limits[0].action: \"delay\" needs algorithm token_bucket or gcra"),
+        "{error}"
+    );
+    assert!(
+        error.contains("plans.file: plans.toml: tier \"gold\" is not defined"),
+        "{error}"
     );
 }
 

@@ -3,6 +3,7 @@
 //! Nothing downstream re-validates.
 
 mod duration;
+mod limits;
 mod network;
 mod raw;
 mod validate;
@@ -10,12 +11,14 @@ mod validate;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::Method;
 
 use crate::client_ip::ClientIpPolicy;
 use crate::edge::EdgePolicy;
+use crate::limit::rules::{LimitRule, OnError, Plans};
 use http::uri::{Authority, Scheme};
 
 pub use duration::{parse_duration, parse_rate};
@@ -31,6 +34,10 @@ pub struct Config {
     pub ip_lists: IpLists,
     /// `None` when there is no `[edge]` section: no per-IP layer.
     pub edge: Option<EdgePolicy>,
+    pub store: StoreConfig,
+    pub response: ResponseStyle,
+    pub limits: Vec<LimitRule>,
+    pub plans: Option<Plans>,
     pub upstreams: Vec<UpstreamConfig>,
     pub routes: Vec<RouteConfig>,
 }
@@ -95,6 +102,49 @@ pub struct RouteConfig {
     pub methods: Option<Vec<Method>>,
     /// Index into `Config::upstreams`.
     pub upstream: usize,
+    /// Indices into `Config::limits`.
+    pub limits: Vec<usize>,
+    pub cost: u64,
+    /// Concurrency cap: beyond it, 503 with Retry-After.
+    pub max_in_flight: Option<usize>,
+}
+
+/// `[store]`: where limit state lives.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub hash_secret: Option<String>,
+    /// Memory store bound: how many windows it may hold.
+    pub max_entries: usize,
+    /// The default `on_error` of limits.
+    pub on_error: OnError,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            hash_secret: None,
+            max_entries: 4_000_000,
+            on_error: OnError::Allow,
+        }
+    }
+}
+
+/// `[response]`: which rate-limit header families to send and the 429 problem type.
+#[derive(Debug, Clone)]
+pub struct ResponseStyle {
+    pub x_ratelimit: bool,
+    pub ietf: bool,
+    pub problem_type: Arc<str>,
+}
+
+impl Default for ResponseStyle {
+    fn default() -> Self {
+        ResponseStyle {
+            x_ratelimit: true,
+            ietf: true,
+            problem_type: Arc::from("about:blank"),
+        }
+    }
 }
 
 /// One thing wrong with a config, at a key path such as `routes[2].upstream`.

@@ -19,10 +19,11 @@ pub struct RawConfig {
     pub ip_lists: Option<toml::Table>,
     pub edge: Option<RawEdge>,
     pub admin: Option<toml::Value>,
-    pub store: Option<toml::Value>,
-    pub limits: Option<toml::Value>,
-    pub plans: Option<toml::Value>,
-    pub response: Option<toml::Value>,
+    pub store: Option<RawStore>,
+    #[serde(default)]
+    pub limits: Vec<RawLimit>,
+    pub plans: Option<RawPlans>,
+    pub response: Option<RawResponse>,
     pub log: Option<toml::Value>,
 }
 
@@ -68,9 +69,65 @@ pub struct RawRoute {
     pub path_prefix: Option<String>,
     pub methods: Option<Vec<String>>,
     pub upstream: String,
-    pub limits: Option<toml::Value>,
-    pub cost: Option<toml::Value>,
-    pub max_in_flight: Option<toml::Value>,
+    pub limits: Option<Vec<String>>,
+    pub cost: Option<i64>,
+    pub max_in_flight: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimit {
+    pub name: String,
+    pub key: Vec<String>,
+    pub missing: Option<String>,
+    pub algorithm: Option<String>,
+    pub rates: Vec<RawRate>,
+    pub on_error: Option<String>,
+    pub shadow: Option<bool>,
+    pub action: Option<String>,
+    pub max_delay: Option<String>,
+    pub exempt_lists: Option<Vec<String>>,
+    /// Tier name → array of rates, or "unlimited"; interpreted in `limits`.
+    pub tiers: Option<toml::Table>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRate {
+    pub limit: i64,
+    pub per: String,
+    pub burst: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPlans {
+    pub key: String,
+    pub file: String,
+    pub default: Option<String>,
+    pub redis_hash: Option<toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawResponse {
+    pub headers: Option<Vec<String>>,
+    pub problem_type: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStore {
+    pub backend: Option<String>,
+    pub hash_secret: Option<String>,
+    pub max_entries: Option<i64>,
+    pub on_error: Option<String>,
+    // Keys of the Redis backends.
+    pub url: Option<toml::Value>,
+    pub urls: Option<toml::Value>,
+    pub timeout: Option<toml::Value>,
+    pub key_prefix: Option<toml::Value>,
+    pub fallback_instances: Option<toml::Value>,
 }
 
 #[derive(Debug, Deserialize)]

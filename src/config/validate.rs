@@ -8,12 +8,12 @@ use std::time::Duration;
 use http::Method;
 use http::uri::{Scheme, Uri};
 
-use super::network;
 use super::raw::{RawConfig, RawHealthCheck, RawRoute, RawServer, RawUpstream};
 use super::{
     Balance, Config, ConfigError, HealthCheck, Problem, RouteConfig, ServerConfig, UpstreamConfig,
     UpstreamServer, parse_duration,
 };
+use super::{limits, network};
 
 /// Sections of DESIGN.md §3 that this build does not implement yet.
 const NOT_YET: &str = "not supported yet in this version of ratelimit-proxy; remove the section";
@@ -83,6 +83,15 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
     let client_ip = network::client_ip(raw.client_ip.as_ref(), &mut problems);
     let ip_lists = network::ip_lists(raw.ip_lists.as_ref(), base_dir, &mut problems);
     let edge = network::edge(raw.edge.as_ref(), &ip_lists, &mut problems);
+    let store = limits::store(raw.store.as_ref(), &mut problems);
+    let response = limits::response(raw.response.as_ref(), &mut problems);
+    let limit_rules = limits::limits(&raw.limits, &ip_lists, store.on_error, &mut problems);
+    unique_names(
+        limit_rules.iter().map(|l| &*l.name),
+        "limits",
+        &mut problems,
+    );
+    let plans = limits::plans(raw.plans.as_ref(), &limit_rules, base_dir, &mut problems);
     let upstreams: Vec<UpstreamConfig> = raw
         .upstreams
         .iter()
@@ -98,7 +107,13 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         .routes
         .iter()
         .enumerate()
-        .map(|(i, r)| route(r, &format!("routes[{i}]"), &upstream_index, &mut problems))
+        .map(|(i, r)| {
+            let path = format!("routes[{i}]");
+            let mut route = route(r, &path, &upstream_index, &mut problems);
+            (route.limits, route.cost, route.max_in_flight) =
+                limits::route_limits(r, &path, &limit_rules, &mut problems);
+            route
+        })
         .collect();
     unique_names(
         routes.iter().map(|r| r.name.as_str()),
@@ -115,6 +130,10 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
             client_ip,
             ip_lists,
             edge,
+            store,
+            response,
+            limits: limit_rules,
+            plans,
             upstreams,
             routes,
         })
@@ -129,10 +148,6 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
 fn reject_unbuilt_sections(raw: &RawConfig, problems: &mut Problems) {
     let sections = [
         ("admin", raw.admin.is_some()),
-        ("store", raw.store.is_some()),
-        ("limits", raw.limits.is_some()),
-        ("plans", raw.plans.is_some()),
-        ("response", raw.response.is_some()),
         ("log", raw.log.is_some()),
         ("server.tls", raw.server.tls.is_some()),
     ];
@@ -319,15 +334,6 @@ fn route(
     upstreams: &HashMap<&str, usize>,
     problems: &mut Problems,
 ) -> RouteConfig {
-    for (key, present) in [
-        ("limits", raw.limits.is_some()),
-        ("cost", raw.cost.is_some()),
-        ("max_in_flight", raw.max_in_flight.is_some()),
-    ] {
-        if present {
-            problems.push(format!("{path}.{key}"), NOT_YET);
-        }
-    }
     let path_prefix = raw.path_prefix.clone().unwrap_or_else(|| "/".to_string());
     if !path_prefix.starts_with('/') {
         problems.push(
@@ -362,6 +368,9 @@ fn route(
             .as_ref()
             .map(|m| methods(m, &format!("{path}.methods"), problems)),
         upstream,
+        limits: Vec::new(),
+        cost: 1,
+        max_in_flight: None,
     }
 }
 

@@ -38,7 +38,7 @@ fn ip(text: &str) -> IpAddr {
 
 fn allowed_in_a_row(layer: &EdgeLayer, ip: IpAddr, now: Nanos, tries: usize) -> usize {
     (0..tries)
-        .take_while(|_| layer.check(ip, now) == EdgeVerdict::Allow)
+        .take_while(|_| layer.check(ip, ip, now) == EdgeVerdict::Allow)
         .count()
 }
 
@@ -51,7 +51,7 @@ fn burst_then_limited_then_refilled_by_the_clock() {
     let EdgeVerdict::Limited {
         status,
         retry_after,
-    } = edge.check(client, clock.now())
+    } = edge.check(client, client, clock.now())
     else {
         panic!()
     };
@@ -62,11 +62,11 @@ fn burst_then_limited_then_refilled_by_the_clock() {
     );
     clock.advance(Duration::from_millis(99));
     assert!(matches!(
-        edge.check(client, clock.now()),
+        edge.check(client, client, clock.now()),
         EdgeVerdict::Limited { .. }
     ));
     clock.advance(Duration::from_millis(1));
-    assert_eq!(edge.check(client, clock.now()), EdgeVerdict::Allow);
+    assert_eq!(edge.check(client, client, clock.now()), EdgeVerdict::Allow);
     clock.advance(Duration::from_secs(10));
     assert_eq!(allowed_in_a_row(&edge, client, clock.now(), 100), 5);
 }
@@ -76,12 +76,12 @@ fn lists_deny_exempt_and_override() {
     let now = ManualClock::new().now();
     let edge = layer(1000);
     assert_eq!(
-        edge.check(ip("192.0.2.66"), now),
+        edge.check(ip("192.0.2.66"), ip("192.0.2.66"), now),
         EdgeVerdict::Forbidden {
             list: "blocked".into()
         }
     );
-    assert!((0..1000).all(|_| edge.check(ip("198.51.100.9"), now) == EdgeVerdict::Exempt));
+    assert!((0..1000).all(|_| edge.check(ip("198.51.100.9"), ip("198.51.100.9"), now) == EdgeVerdict::Exempt));
     assert_eq!(allowed_in_a_row(&edge, ip("203.0.113.5"), now, 1000), 50);
     assert_eq!(allowed_in_a_row(&edge, ip("8.8.8.8"), now, 1000), 5);
 }
@@ -115,8 +115,8 @@ fn memory_stays_bounded_and_an_over_limit_ip_stays_limited_through_a_flood() {
             );
         }
         let newcomer = IpAddr::from((0x0B00_0000 + i).to_be_bytes());
-        edge.check(newcomer, clock.now());
-        edge.check(newcomer, clock.now());
+        edge.check(newcomer, newcomer, clock.now());
+        edge.check(newcomer, newcomer, clock.now());
     }
     assert!(
         edge.tracked() <= max_tracked + SHARDS,
@@ -124,7 +124,7 @@ fn memory_stays_bounded_and_an_over_limit_ip_stays_limited_through_a_flood() {
         edge.tracked()
     );
     assert!(matches!(
-        edge.check(abuser, clock.now()),
+        edge.check(abuser, abuser, clock.now()),
         EdgeVerdict::Limited { .. }
     ));
     assert!(
@@ -140,11 +140,42 @@ fn full_buckets_are_forgotten_to_make_room_for_newcomers() {
     let clock = ManualClock::new();
     let edge = layer(SHARDS * 10);
     for i in 0..5_000u32 {
-        edge.check(IpAddr::from((0x0B00_0000 + i).to_be_bytes()), clock.now());
+        let newcomer = IpAddr::from((0x0B00_0000 + i).to_be_bytes());
+        edge.check(newcomer, newcomer, clock.now());
     }
     // Everyone's bucket refills; newcomers then get real buckets of their own, not overflow cells.
     clock.advance(Duration::from_secs(60));
     let newcomer = ip("1.2.3.4");
     assert_eq!(allowed_in_a_row(&edge, newcomer, clock.now(), 100), 5);
     assert!(edge.tracked() <= SHARDS * 10);
+}
+
+#[test]
+fn lists_match_the_address_while_buckets_use_the_group() {
+    let now = ManualClock::new().now();
+    let edge = EdgeLayer::new(EdgePolicy {
+        rate: rate(10, 2),
+        max_tracked: 1000,
+        deny: vec![("one host".into(), set(&["2001:db8::66/128"]))],
+        overrides: Vec::new(),
+    });
+    let group = ip("2001:db8::");
+    assert_eq!(
+        edge.check(ip("2001:db8::66"), group, now),
+        EdgeVerdict::Forbidden {
+            list: "one host".into()
+        }
+    );
+    assert_eq!(
+        edge.check(ip("2001:db8::67"), group, now),
+        EdgeVerdict::Allow
+    );
+    assert_eq!(
+        edge.check(ip("2001:db8::68"), group, now),
+        EdgeVerdict::Allow
+    );
+    assert!(matches!(
+        edge.check(ip("2001:db8::69"), group, now),
+        EdgeVerdict::Limited { .. }
+    ));
 }

@@ -5,6 +5,8 @@
 pub mod fixed_window;
 pub mod gcra;
 pub mod key;
+pub mod limiter;
+pub mod rules;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;

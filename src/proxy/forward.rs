@@ -147,7 +147,7 @@ fn client_response(
         }
         _ => headers::strip_hop_by_hop(response.headers_mut()),
     }
-    response.map(Either::Left)
+    response.map(ResponseBody::upstream)
 }
 
 /// Copies bytes both ways between the upgraded client and upstream connections.

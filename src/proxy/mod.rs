@@ -2,12 +2,13 @@
 //! size → client ip → route → ip lists and edge → forward → respond. Each step lives in its
 //! own module; refusals come back as values and `respond` turns them into answers.
 
+mod admit;
 mod forward;
 pub mod headers;
 mod health;
 pub mod upstream;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::header::HOST;
@@ -17,11 +18,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client_ip::ClientIpPolicy;
 use crate::clock::{Clock, SystemClock};
-use crate::config::Config;
-use crate::edge::{EdgeLayer, EdgeVerdict};
+use crate::config::{Config, ResponseStyle};
+use crate::edge::EdgeLayer;
+use crate::limit::limiter::Limiter;
 use crate::request_id::{self, X_REQUEST_ID};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
+use admit::Admission;
 use headers::Forwarded;
 use upstream::UpstreamPool;
 
@@ -32,6 +35,8 @@ pub struct Runtime {
     pub max_header_bytes: usize,
     pub client_ip: ClientIpPolicy,
     pub edge: Option<EdgeLayer>,
+    pub limiter: Limiter,
+    pub response: ResponseStyle,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -51,6 +56,13 @@ impl Runtime {
             max_header_bytes: config.server.max_header_bytes,
             client_ip: config.client_ip.clone(),
             edge: config.edge.clone().map(EdgeLayer::new),
+            limiter: Limiter::new(
+                config.limits.clone(),
+                config.plans.clone(),
+                config.store.hash_secret.as_deref(),
+                config.store.max_entries,
+            ),
+            response: config.response.clone(),
             clock,
         }
     }
@@ -103,9 +115,19 @@ async fn proxy(
             method: request.method().clone(),
             path: request.uri().path().to_string(),
         })?;
-    if let Some(refusal) = edge_refusal(runtime, client_ip.ip, request_id) {
-        return Ok(refusal);
-    }
+    let (slot, statuses) = match admit::admit(runtime, route, &request, client_ip, request_id) {
+        Admission::Refused(answer) => return Ok(answer),
+        Admission::Admitted {
+            slot,
+            statuses,
+            delay,
+        } => {
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            (slot, statuses)
+        }
+    };
     let forwarded = Forwarded {
         peer: client.peer.ip(),
         peer_trusted: client_ip.peer_trusted,
@@ -113,27 +135,13 @@ async fn proxy(
         host: host.as_ref(),
         request_id,
     };
-    forward::forward(&runtime.upstreams[route.upstream], request, &forwarded).await
-}
-
-/// The answer when the edge layer refuses the client: 403 for a deny list, 429 over the rate.
-fn edge_refusal(
-    runtime: &Runtime,
-    client_ip: IpAddr,
-    request_id: &HeaderValue,
-) -> Option<Response<ResponseBody>> {
-    let edge = runtime.edge.as_ref()?;
-    match edge.check(runtime.client_ip.group(client_ip), runtime.clock.now()) {
-        EdgeVerdict::Allow | EdgeVerdict::Exempt => None,
-        EdgeVerdict::Forbidden { list } => {
-            tracing::debug!(%client_ip, list, "refused: on a deny list");
-            Some(respond::forbidden(request_id))
-        }
-        EdgeVerdict::Limited {
-            status,
-            retry_after,
-        } => Some(respond::rate_limited(&status, retry_after, request_id)),
-    }
+    let upstream = &runtime.upstreams[route.upstream];
+    let mut response = match forward::forward(upstream, request, &forwarded).await {
+        Ok(response) => response,
+        Err(error) => respond::error_response(&error, request_id),
+    };
+    respond::insert_rate_headers(response.headers_mut(), &statuses, &runtime.response);
+    Ok(response.map(|body| body.holding(slot)))
 }
 
 /// The Host header, or the HTTP/2 `:authority`.

@@ -1,0 +1,495 @@
+//! Validation of `[[limits]]`, `[plans]`, `[response]`, `[store]` and the limit keys of routes.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::network::IpLists;
+use super::raw::{RawLimit, RawPlans, RawRate, RawResponse, RawRoute, RawStore};
+use super::validate::Problems;
+use super::{ResponseStyle, StoreConfig, parse_duration};
+use crate::limit::key::{KeyPart, Missing};
+use crate::limit::rules::{LimitRule, OnError, Plans, Tier, Window};
+use crate::limit::sliding_log::MAX_LOG_LIMIT;
+use crate::limit::{Algorithm, Rate};
+
+const REDIS_ONLY: &str =
+    "applies to the redis backends, which are not supported yet in this version";
+
+pub(super) fn store(raw: Option<&RawStore>, problems: &mut Problems) -> StoreConfig {
+    let Some(raw) = raw else {
+        return StoreConfig::default();
+    };
+    match raw.backend.as_deref() {
+        None | Some("memory") => {}
+        Some("redis" | "redis-cluster") => problems.push(
+            "store.backend",
+            format!(
+                "\"redis\" and \"redis-cluster\" are {}",
+                REDIS_ONLY.replace("applies to the redis backends, which are ", "")
+            ),
+        ),
+        Some(other) => problems.push(
+            "store.backend",
+            format!("expected \"memory\", \"redis\" or \"redis-cluster\", got {other:?}"),
+        ),
+    }
+    let redis_keys = [
+        ("url", raw.url.is_some()),
+        ("urls", raw.urls.is_some()),
+        ("timeout", raw.timeout.is_some()),
+        ("key_prefix", raw.key_prefix.is_some()),
+        ("fallback_instances", raw.fallback_instances.is_some()),
+    ];
+    for (key, present) in redis_keys {
+        if present {
+            problems.push(format!("store.{key}"), REDIS_ONLY);
+        }
+    }
+    let on_error = raw
+        .on_error
+        .as_deref()
+        .map(|text| on_error(text, "store.on_error", problems));
+    StoreConfig {
+        hash_secret: raw.hash_secret.clone().filter(|s| !s.is_empty()),
+        max_entries: problems.number(
+            "store.max_entries".into(),
+            raw.max_entries,
+            (1024, 1_000_000_000),
+            4_000_000,
+        ) as usize,
+        on_error: on_error.unwrap_or(OnError::Allow),
+    }
+}
+
+fn on_error(text: &str, path: &str, problems: &mut Problems) -> OnError {
+    match text {
+        "allow" => OnError::Allow,
+        "deny" => OnError::Deny,
+        "local" => OnError::Local,
+        other => {
+            problems.push(
+                path,
+                format!("expected \"allow\", \"deny\" or \"local\", got {other:?}"),
+            );
+            OnError::Allow
+        }
+    }
+}
+
+pub(super) fn response(raw: Option<&RawResponse>, problems: &mut Problems) -> ResponseStyle {
+    let mut style = ResponseStyle::default();
+    let Some(raw) = raw else { return style };
+    if let Some(families) = &raw.headers {
+        style.x_ratelimit = false;
+        style.ietf = false;
+        for (i, family) in families.iter().enumerate() {
+            match family.as_str() {
+                "x-ratelimit" => style.x_ratelimit = true,
+                "ietf" => style.ietf = true,
+                other => problems.push(
+                    format!("response.headers[{i}]"),
+                    format!("expected \"x-ratelimit\" or \"ietf\", got {other:?}"),
+                ),
+            }
+        }
+    }
+    if let Some(problem_type) = &raw.problem_type {
+        if problem_type.parse::<http::Uri>().is_err() || problem_type.is_empty() {
+            problems.push(
+                "response.problem_type",
+                format!("expected a URI, got {problem_type:?}"),
+            );
+        }
+        style.problem_type = Arc::from(problem_type.as_str());
+    }
+    style
+}
+
+pub(super) fn limits(
+    raw: &[RawLimit],
+    lists: &IpLists,
+    default_on_error: OnError,
+    problems: &mut Problems,
+) -> Vec<LimitRule> {
+    raw.iter()
+        .enumerate()
+        .map(|(i, l)| {
+            limit(
+                l,
+                &format!("limits[{i}]"),
+                lists,
+                default_on_error,
+                problems,
+            )
+        })
+        .collect()
+}
+
+fn limit(
+    raw: &RawLimit,
+    path: &str,
+    lists: &IpLists,
+    default_on_error: OnError,
+    problems: &mut Problems,
+) -> LimitRule {
+    let algorithm = match raw.algorithm.as_deref() {
+        None | Some("token_bucket") => Algorithm::TokenBucket,
+        Some("gcra") => Algorithm::Gcra,
+        Some("sliding_window") => Algorithm::SlidingWindow,
+        Some("fixed_window") => Algorithm::FixedWindow,
+        Some("sliding_log") => Algorithm::SlidingLog,
+        Some(other) => {
+            problems.push(format!("{path}.algorithm"), format!("expected token_bucket, gcra, sliding_window, fixed_window or sliding_log, got {other:?}"));
+            Algorithm::TokenBucket
+        }
+    };
+    if raw.key.is_empty() {
+        problems.push(
+            format!("{path}.key"),
+            "expected at least one key part, e.g. [\"ip\"]",
+        );
+    }
+    let key = raw.key.iter().enumerate().filter_map(|(i, part)| {
+        KeyPart::parse(part)
+            .map_err(|message| problems.push(format!("{path}.key[{i}]"), message))
+            .ok()
+    });
+    let key: Vec<KeyPart> = key.collect();
+    let missing = match raw.missing.as_deref() {
+        None | Some("ip") => Missing::Ip,
+        Some("skip") => Missing::Skip,
+        Some("deny") => Missing::Deny,
+        Some(other) => {
+            problems.push(
+                format!("{path}.missing"),
+                format!("expected \"ip\", \"skip\" or \"deny\", got {other:?}"),
+            );
+            Missing::Ip
+        }
+    };
+    let windows = windows(
+        &raw.name,
+        &raw.rates,
+        algorithm,
+        &format!("{path}.rates"),
+        problems,
+    );
+    let tiers = raw
+        .tiers
+        .as_ref()
+        .map(|t| tiers(&raw.name, t, algorithm, &format!("{path}.tiers"), problems))
+        .unwrap_or_default();
+    let exempt_lists = raw
+        .exempt_lists
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, name)| {
+            let found = lists.get(name).cloned();
+            if found.is_none() {
+                problems.push(
+                    format!("{path}.exempt_lists[{i}]"),
+                    format!("unknown ip list {name:?}; expected one from [ip_lists]"),
+                );
+            }
+            Some((name.clone(), found?))
+        });
+    let exempt_lists: Vec<_> = exempt_lists.collect();
+    LimitRule {
+        name: Arc::from(raw.name.as_str()),
+        key,
+        missing,
+        algorithm,
+        windows,
+        tiers,
+        shadow: raw.shadow.unwrap_or(false),
+        max_delay: max_delay(raw, algorithm, path, problems),
+        exempt_lists,
+        on_error: raw.on_error.as_deref().map_or(default_on_error, |t| {
+            on_error(t, &format!("{path}.on_error"), problems)
+        }),
+    }
+}
+
+fn max_delay(
+    raw: &RawLimit,
+    algorithm: Algorithm,
+    path: &str,
+    problems: &mut Problems,
+) -> Duration {
+    match raw.action.as_deref() {
+        None | Some("reject") => {
+            if raw.max_delay.is_some() {
+                problems.push(
+                    format!("{path}.max_delay"),
+                    "only used with action = \"delay\"",
+                );
+            }
+            Duration::ZERO
+        }
+        Some("delay") => {
+            if !algorithm.is_bucket() {
+                problems.push(
+                    format!("{path}.action"),
+                    format!(
+                        "\"delay\" needs algorithm token_bucket or gcra, not {}",
+                        algorithm.name()
+                    ),
+                );
+            }
+            problems.duration(
+                format!("{path}.max_delay"),
+                raw.max_delay.as_deref(),
+                Duration::from_millis(500),
+            )
+        }
+        Some(other) => {
+            problems.push(
+                format!("{path}.action"),
+                format!("expected \"reject\" or \"delay\", got {other:?}"),
+            );
+            Duration::ZERO
+        }
+    }
+}
+
+fn windows(
+    limit: &str,
+    rates: &[RawRate],
+    algorithm: Algorithm,
+    path: &str,
+    problems: &mut Problems,
+) -> Vec<Window> {
+    if rates.is_empty() {
+        problems.push(
+            path,
+            "expected at least one rate such as { limit = 100, per = \"1m\" }",
+        );
+    }
+    let rates: Vec<Rate> = rates
+        .iter()
+        .enumerate()
+        .map(|(i, r)| rate(r, algorithm, &format!("{path}[{i}]"), problems))
+        .collect();
+    rates
+        .iter()
+        .map(|rate| {
+            let policy = if rates.len() == 1 {
+                limit.to_string()
+            } else {
+                format!("{limit}-{}", format_per(rate.per))
+            };
+            Window {
+                rate: *rate,
+                policy: Arc::from(policy),
+            }
+        })
+        .collect()
+}
+
+fn rate(raw: &RawRate, algorithm: Algorithm, path: &str, problems: &mut Problems) -> Rate {
+    let max_limit = if algorithm == Algorithm::SlidingLog {
+        MAX_LOG_LIMIT as i64
+    } else {
+        i64::from(u32::MAX)
+    };
+    let limit = problems.number(format!("{path}.limit"), Some(raw.limit), (1, max_limit), 1) as u64;
+    let per = match parse_duration(&raw.per) {
+        Ok(per) if !per.is_zero() => per,
+        Ok(_) => {
+            problems.push(
+                format!("{path}.per"),
+                "expected a duration greater than zero",
+            );
+            Duration::from_secs(1)
+        }
+        Err(message) => {
+            problems.push(format!("{path}.per"), message);
+            Duration::from_secs(1)
+        }
+    };
+    if raw.burst.is_some() && !algorithm.is_bucket() {
+        problems.push(
+            format!("{path}.burst"),
+            format!(
+                "burst applies to token_bucket and gcra, not {}",
+                algorithm.name()
+            ),
+        );
+    }
+    let burst = problems.number(
+        format!("{path}.burst"),
+        raw.burst,
+        (1, i64::from(u32::MAX)),
+        limit as i64,
+    ) as u64;
+    Rate { limit, per, burst }
+}
+
+fn tiers(
+    limit: &str,
+    raw: &toml::Table,
+    algorithm: Algorithm,
+    path: &str,
+    problems: &mut Problems,
+) -> HashMap<String, Tier> {
+    raw.iter()
+        .map(|(name, value)| {
+            let tier_path = format!("{path}.{name}");
+            let tier = match value {
+                toml::Value::String(s) if s == "unlimited" => Tier::Unlimited,
+                toml::Value::Array(_) => match value.clone().try_into::<Vec<RawRate>>() {
+                    Ok(rates) => {
+                        Tier::Windows(windows(limit, &rates, algorithm, &tier_path, problems))
+                    }
+                    Err(error) => {
+                        problems.push(
+                            &tier_path,
+                            format!(
+                                "expected an array of {{ limit, per, burst }}: {}",
+                                error.message()
+                            ),
+                        );
+                        Tier::Unlimited
+                    }
+                },
+                _ => {
+                    problems.push(
+                        &tier_path,
+                        "expected \"unlimited\" or an array of { limit, per, burst }",
+                    );
+                    Tier::Unlimited
+                }
+            };
+            (name.clone(), tier)
+        })
+        .collect()
+}
+
+pub(super) fn plans(
+    raw: Option<&RawPlans>,
+    limits: &[LimitRule],
+    base_dir: &Path,
+    problems: &mut Problems,
+) -> Option<Plans> {
+    let raw = raw?;
+    if raw.redis_hash.is_some() {
+        problems.push("plans.redis_hash", REDIS_ONLY);
+    }
+    let key = KeyPart::parse(&raw.key)
+        .map_err(|m| problems.push("plans.key", m))
+        .ok()?;
+    let full_path = base_dir.join(&raw.file);
+    let text = std::fs::read_to_string(&full_path)
+        .map_err(|e| {
+            problems.push(
+                "plans.file",
+                format!("cannot read {}: {e}", full_path.display()),
+            )
+        })
+        .ok()?;
+    let entries: HashMap<String, String> = toml::from_str(&text)
+        .map_err(|e| {
+            problems.push(
+                "plans.file",
+                format!(
+                    "{}: expected `identity = \"tier\"` lines: {}",
+                    raw.file,
+                    e.message()
+                ),
+            )
+        })
+        .ok()?;
+    let known: std::collections::BTreeSet<&String> =
+        limits.iter().flat_map(|l| l.tiers.keys()).collect();
+    // The default tier may be one no limit defines (those limits use their base rates), but
+    // every tier the file names must exist, or a typo would silently grant the base rates.
+    let unknown_tier = |tier: &String| !known.contains(tier) && raw.default.as_ref() != Some(tier);
+    if let Some(tier) = entries.values().find(|t| unknown_tier(t)) {
+        problems.push("plans.file", format!("{}: tier {tier:?} is not defined in the tiers of any limit; known tiers: {known:?}", raw.file));
+    }
+    let tiers = entries
+        .into_iter()
+        .map(|(identity, tier)| (identity.into_bytes(), tier))
+        .collect();
+    Some(Plans {
+        key,
+        tiers,
+        default: raw.default.clone(),
+    })
+}
+
+/// The limit keys of one route: names resolved to indices, the cost checked against every
+/// window it could meet.
+pub(super) fn route_limits(
+    raw: &RawRoute,
+    path: &str,
+    limits: &[LimitRule],
+    problems: &mut Problems,
+) -> (Vec<usize>, u64, Option<usize>) {
+    let cost = problems.number(format!("{path}.cost"), raw.cost, (1, 1_000_000), 1) as u64;
+    let max_in_flight = raw.max_in_flight.map(|_| {
+        problems.number(
+            format!("{path}.max_in_flight"),
+            raw.max_in_flight,
+            (1, 10_000_000),
+            1,
+        ) as usize
+    });
+    let names = raw.limits.as_deref().unwrap_or_default();
+    let indices = names.iter().enumerate().filter_map(|(i, name)| {
+        let index = limits.iter().position(|l| &*l.name == name);
+        if index.is_none() {
+            let known: Vec<&str> = limits.iter().map(|l| &*l.name).collect();
+            problems.push(
+                format!("{path}.limits[{i}]"),
+                format!("unknown limit {name:?}; expected one of {known:?}"),
+            );
+        }
+        index
+    });
+    let indices: Vec<usize> = indices.collect();
+    for &index in &indices {
+        let rule = &limits[index];
+        if let Some(window) = rule
+            .all_windows()
+            .find(|w| cost > capacity(rule.algorithm, &w.rate))
+        {
+            problems.push(
+                format!("{path}.cost"),
+                format!(
+                    "cost {cost} exceeds window {:?} of limit {:?}; such requests could never pass",
+                    &*window.policy, &*rule.name
+                ),
+            );
+        }
+    }
+    (indices, cost, max_in_flight)
+}
+
+fn capacity(algorithm: Algorithm, rate: &Rate) -> u64 {
+    if algorithm.is_bucket() {
+        rate.burst
+    } else {
+        rate.limit
+    }
+}
+
+/// `60s` → `1m`: the largest unit that divides the duration.
+fn format_per(per: Duration) -> String {
+    let ms = per.as_millis();
+    for (unit, size) in [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1000),
+    ] {
+        if ms % size == 0 {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}

@@ -1,0 +1,134 @@
+//! Admission, DESIGN.md §1 steps 3–5: deny lists and the edge layer per client IP, the route's
+//! concurrency cap, then every limit of the route. Each refusal is turned into its answer by
+//! `respond`; an admitted request carries its slot, its rate statuses and any delay.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use http::{HeaderValue, Request, Response};
+use hyper::body::Incoming;
+
+use super::Runtime;
+use crate::client_ip::ClientIp;
+use crate::edge::EdgeVerdict;
+use crate::limit::RateStatus;
+use crate::limit::key::RequestFacts;
+use crate::limit::limiter::LimitDecision;
+use crate::respond::{self, Denial, ResponseBody};
+use crate::route::{InFlightSlot, Route};
+
+pub enum Admission {
+    Refused(Response<ResponseBody>),
+    Admitted {
+        slot: Option<InFlightSlot>,
+        /// For the rate-limit headers of the response: the most restrictive window first.
+        statuses: Vec<RateStatus>,
+        /// Wait this long before forwarding (limits with action = "delay").
+        delay: Duration,
+    },
+}
+
+pub fn admit(
+    runtime: &Runtime,
+    route: &Route,
+    request: &Request<Incoming>,
+    client: ClientIp,
+    request_id: &HeaderValue,
+) -> Admission {
+    let grouped = runtime.client_ip.group(client.ip);
+    if let Some(refusal) = edge_refusal(runtime, client.ip, grouped, request_id) {
+        return Admission::Refused(refusal);
+    }
+    let Ok(slot) = route.enter() else {
+        return Admission::Refused(respond::too_busy(&route.name, request_id));
+    };
+    let facts = RequestFacts {
+        client_ip: grouped,
+        route: &route.name,
+        method: request.method(),
+        host: request
+            .headers()
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or(request.uri().host()),
+        path: request.uri().path(),
+        query: request.uri().query(),
+        headers: request.headers(),
+    };
+    match runtime
+        .limiter
+        .evaluate(&route.limits, &facts, client.ip, runtime.clock.now())
+    {
+        LimitDecision::NotLimited => Admission::Admitted {
+            slot,
+            statuses: Vec::new(),
+            delay: Duration::ZERO,
+        },
+        LimitDecision::Allow {
+            delay,
+            statuses,
+            shadow_denied,
+        } => {
+            for limit in shadow_denied {
+                tracing::info!(limit = &*limit, client_ip = %client.ip, route = %route.name, "shadow limit would have denied");
+            }
+            Admission::Admitted {
+                slot,
+                statuses,
+                delay,
+            }
+        }
+        LimitDecision::Deny {
+            limit,
+            retry_after,
+            statuses,
+        } => {
+            let denial = Denial {
+                policy: &limit,
+                retry_after,
+                statuses: &statuses,
+            };
+            Admission::Refused(respond::rate_limited(
+                &denial,
+                &runtime.response,
+                request_id,
+            ))
+        }
+        LimitDecision::MissingKey { limit, part } => {
+            Admission::Refused(respond::missing_key(&limit, &part, request_id))
+        }
+    }
+}
+
+/// 403 for a deny list, 429 over the edge rate.
+fn edge_refusal(
+    runtime: &Runtime,
+    client_ip: IpAddr,
+    grouped: IpAddr,
+    request_id: &HeaderValue,
+) -> Option<Response<ResponseBody>> {
+    let edge = runtime.edge.as_ref()?;
+    match edge.check(client_ip, grouped, runtime.clock.now()) {
+        EdgeVerdict::Allow | EdgeVerdict::Exempt => None,
+        EdgeVerdict::Forbidden { list } => {
+            tracing::debug!(%client_ip, list, "refused: on a deny list");
+            Some(respond::forbidden(request_id))
+        }
+        EdgeVerdict::Limited {
+            status,
+            retry_after,
+        } => {
+            let statuses = [status];
+            let denial = Denial {
+                policy: "edge",
+                retry_after,
+                statuses: &statuses,
+            };
+            Some(respond::rate_limited(
+                &denial,
+                &runtime.response,
+                request_id,
+            ))
+        }
+    }
+}
