@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Nanoseconds since an arbitrary, fixed epoch; only differences mean anything.
 pub type Nanos = u64;
@@ -12,29 +12,22 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> Nanos;
 }
 
-/// Monotonic time since the clock was made.
-pub struct SystemClock {
-    epoch: Instant,
-}
+/// Wall-clock time since the Unix epoch, so fixed windows align to the calendar (a
+/// per-minute window resets on the minute) exactly as Redis `TIME` does. The algorithms
+/// saturate, so a clock stepped backwards costs a little refill, never a panic.
+#[derive(Default)]
+pub struct SystemClock;
 
 impl SystemClock {
     pub fn new() -> SystemClock {
-        SystemClock {
-            epoch: Instant::now(),
-        }
-    }
-}
-
-impl Default for SystemClock {
-    fn default() -> Self {
-        SystemClock::new()
+        SystemClock
     }
 }
 
 impl Clock for SystemClock {
     fn now(&self) -> Nanos {
-        // Starts at one hour so "now minus a window" never underflows in the algorithms.
-        self.epoch.elapsed().as_nanos() as u64 + 3_600_000_000_000
+        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX)
     }
 }
 

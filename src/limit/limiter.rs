@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::key::{IdentityBuilder, IdentityHasher, Missing, PartValue, RequestFacts};
-use super::rules::{LimitRule, Plans};
+use super::rules::{LimitRule, Plans, Window};
 use super::{RateStatus, WindowCheck};
 use crate::clock::Nanos;
-use crate::store::WindowRequest;
 use crate::store::memory::MemoryStore;
+use crate::store::{Small, WindowRequest};
 
 /// The limits a route applies.
 #[derive(Debug, Clone, Default)]
@@ -50,13 +50,6 @@ pub struct Limiter {
     store: MemoryStore,
 }
 
-/// A window request plus where it came from, for the decision.
-struct Planned {
-    request: WindowRequest,
-    rule: usize,
-    policy: Arc<str>,
-}
-
 impl Limiter {
     pub fn new(
         rules: Vec<LimitRule>,
@@ -85,7 +78,9 @@ impl Limiter {
             return LimitDecision::NotLimited;
         }
         let tier = self.tier_of(facts);
-        let mut planned = Vec::new();
+        // Parallel lists: what the store checks, and which window each came from.
+        let mut requests: Small<WindowRequest> = Small::new();
+        let mut origins: Small<&Window> = Small::new();
         for &index in &route.rules {
             let rule = &self.rules[index];
             if rule
@@ -109,7 +104,7 @@ impl Limiter {
                 }
             };
             for (w, window) in windows.iter().enumerate() {
-                let request = WindowRequest {
+                requests.push(WindowRequest {
                     identity: identity.finish(w),
                     algorithm: rule.algorithm,
                     rate: window.rate,
@@ -117,20 +112,15 @@ impl Limiter {
                     max_delay: rule.max_delay,
                     group: index,
                     shadow: rule.shadow,
-                };
-                planned.push(Planned {
-                    request,
-                    rule: index,
-                    policy: window.policy.clone(),
                 });
+                origins.push(window);
             }
         }
-        if planned.is_empty() {
+        if requests.is_empty() {
             return LimitDecision::NotLimited;
         }
-        let requests: Vec<WindowRequest> = planned.iter().map(|p| p.request.clone()).collect();
         let checks = self.store.check_all(&requests, now);
-        self.decide(&planned, &checks)
+        self.decide(&requests, &origins, &checks)
     }
 
     fn tier_of<'a>(&'a self, facts: &RequestFacts<'_>) -> Option<&'a str> {
@@ -164,24 +154,36 @@ impl Limiter {
         Ok(Some(builder))
     }
 
-    fn decide(&self, planned: &[Planned], checks: &[WindowCheck]) -> LimitDecision {
-        let enforced: Vec<(&Planned, &WindowCheck)> = planned
+    fn decide(
+        &self,
+        requests: &[WindowRequest],
+        origins: &[&Window],
+        checks: &[WindowCheck],
+    ) -> LimitDecision {
+        let windows = || {
+            requests
+                .iter()
+                .zip(origins)
+                .zip(checks)
+                .map(|((r, o), c)| (r, *o, c))
+        };
+        let enforced: Small<(&WindowRequest, &Window, &WindowCheck)> =
+            windows().filter(|(r, _, _)| !r.shadow).collect();
+        let mut statuses: Vec<RateStatus> = enforced
             .iter()
-            .zip(checks)
-            .filter(|(p, _)| !p.request.shadow)
+            .map(|(_, window, check)| status_of(window, check))
             .collect();
-        let mut statuses: Vec<RateStatus> = enforced.iter().map(|(p, c)| status_of(p, c)).collect();
         let worst = enforced
             .iter()
             .enumerate()
-            .filter_map(|(i, (_, check))| match check {
+            .filter_map(|(i, (_, _, check))| match check {
                 WindowCheck::Deny { retry_after, .. } => Some((i, *retry_after)),
                 WindowCheck::Allow { .. } => None,
             })
             .max_by_key(|(_, retry_after)| *retry_after);
         if let Some((i, retry_after)) = worst {
             statuses.swap(0, i);
-            let limit = self.rules[enforced[i].0.rule].name.clone();
+            let limit = self.rules[enforced[i].0.group].name.clone();
             return LimitDecision::Deny {
                 limit,
                 retry_after,
@@ -192,17 +194,15 @@ impl Limiter {
         statuses.sort_by(|a, b| a.remaining.cmp(&b.remaining).then(b.reset.cmp(&a.reset)));
         let delay = enforced
             .iter()
-            .filter_map(|(_, check)| match check {
+            .filter_map(|(_, _, check)| match check {
                 WindowCheck::Allow { delay, .. } => Some(*delay),
                 WindowCheck::Deny { .. } => None,
             })
             .max()
             .unwrap_or_default();
-        let mut shadow_denied: Vec<Arc<str>> = planned
-            .iter()
-            .zip(checks)
-            .filter(|(p, c)| p.request.shadow && !c.is_allow())
-            .map(|(p, _)| self.rules[p.rule].name.clone())
+        let mut shadow_denied: Vec<Arc<str>> = windows()
+            .filter(|(r, _, c)| r.shadow && !c.is_allow())
+            .map(|(r, _, _)| self.rules[r.group].name.clone())
             .collect();
         shadow_denied.dedup();
         LimitDecision::Allow {
@@ -213,7 +213,7 @@ impl Limiter {
     }
 }
 
-fn status_of(planned: &Planned, check: &WindowCheck) -> RateStatus {
+fn status_of(window: &Window, check: &WindowCheck) -> RateStatus {
     let (remaining, reset) = match *check {
         WindowCheck::Allow {
             remaining, reset, ..
@@ -222,11 +222,10 @@ fn status_of(planned: &Planned, check: &WindowCheck) -> RateStatus {
             remaining, reset, ..
         } => (remaining, reset),
     };
-    let rate = &planned.request.rate;
     RateStatus {
-        policy: planned.policy.clone(),
-        limit: rate.limit,
-        window: rate.per,
+        policy: window.policy.clone(),
+        limit: window.rate.limit,
+        window: window.rate.per,
         remaining,
         reset,
     }

@@ -18,9 +18,9 @@ fn counts(cell: Cell, index: u64) -> (u64, u64) {
 }
 
 pub fn check(cell: Cell, now: Nanos, rate: &Rate, cost: u64) -> WindowCheck {
-    let per = u128::from(rate.per_ns());
-    let index = (u128::from(now) / per) as u64;
-    let elapsed = u128::from(now) - u128::from(index) * per;
+    let per_ns = rate.per_ns();
+    let index = now / per_ns;
+    let (per, elapsed) = (u128::from(per_ns), u128::from(now - index * per_ns));
     let (prev, curr) = counts(cell, index);
     let (limit, weight_left) = (u128::from(rate.limit), per - elapsed);
     // estimate = prev × (per − elapsed) / per + curr, compared without rounding.

@@ -10,6 +10,7 @@ use hyper::body::Incoming;
 
 use super::Runtime;
 use crate::client_ip::ClientIp;
+use crate::clock::Nanos;
 use crate::edge::EdgeVerdict;
 use crate::limit::RateStatus;
 use crate::limit::key::RequestFacts;
@@ -36,7 +37,9 @@ pub fn admit(
     request_id: &HeaderValue,
 ) -> Admission {
     let grouped = runtime.client_ip.group(client.ip);
-    if let Some(refusal) = edge_refusal(runtime, client.ip, grouped, request_id) {
+    // One clock read per request, shared by every layer.
+    let now = runtime.clock.now();
+    if let Some(refusal) = edge_refusal(runtime, client.ip, grouped, now, request_id) {
         return Admission::Refused(refusal);
     }
     let Ok(slot) = route.enter() else {
@@ -57,7 +60,7 @@ pub fn admit(
     };
     match runtime
         .limiter
-        .evaluate(&route.limits, &facts, client.ip, runtime.clock.now())
+        .evaluate(&route.limits, &facts, client.ip, now)
     {
         LimitDecision::NotLimited => Admission::Admitted {
             slot,
@@ -105,10 +108,11 @@ fn edge_refusal(
     runtime: &Runtime,
     client_ip: IpAddr,
     grouped: IpAddr,
+    now: Nanos,
     request_id: &HeaderValue,
 ) -> Option<Response<ResponseBody>> {
     let edge = runtime.edge.as_ref()?;
-    match edge.check(client_ip, grouped, runtime.clock.now()) {
+    match edge.check(client_ip, grouped, now) {
         EdgeVerdict::Allow | EdgeVerdict::Exempt => None,
         EdgeVerdict::Forbidden { list } => {
             tracing::debug!(%client_ip, list, "refused: on a deny list");

@@ -12,7 +12,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use hashbrown::HashTable;
 
-use super::{WindowRequest, groups_to_commit};
+use super::{Small, WindowRequest, groups_to_commit};
 use crate::clock::Nanos;
 use crate::limit::sliding_log::{self, Log};
 use crate::limit::{Algorithm, Cell, WindowCheck, check_cell};
@@ -50,17 +50,17 @@ impl MemoryStore {
     }
 
     /// Checks every window and commits them all-or-nothing (see `groups_to_commit`).
-    pub fn check_all(&self, requests: &[WindowRequest], now: Nanos) -> Vec<WindowCheck> {
+    pub fn check_all(&self, requests: &[WindowRequest], now: Nanos) -> Small<WindowCheck> {
         let mut locked = self.lock_shards(requests);
-        let mut keys = Vec::with_capacity(requests.len());
-        let mut checks = Vec::with_capacity(requests.len());
+        let mut keys: Small<[u64; 2]> = Small::new();
+        let mut checks: Small<WindowCheck> = Small::new();
         for request in requests {
             let shard = locked.shard(shard_of(request.identity));
             let key = shard.resolve_key(split(request.identity), now, self.shard_capacity);
             checks.push(shard.check(key, request, now));
             keys.push(key);
         }
-        let allowed: Vec<bool> = checks.iter().map(WindowCheck::is_allow).collect();
+        let allowed: Small<bool> = checks.iter().map(WindowCheck::is_allow).collect();
         let commit = groups_to_commit(requests, &allowed);
         for (i, request) in requests.iter().enumerate() {
             if commit[i] {
@@ -93,7 +93,7 @@ impl MemoryStore {
     }
 
     fn lock_shards(&self, requests: &[WindowRequest]) -> LockedShards<'_> {
-        let mut indices: Vec<usize> = requests.iter().map(|r| shard_of(r.identity)).collect();
+        let mut indices: Small<usize> = requests.iter().map(|r| shard_of(r.identity)).collect();
         indices.sort_unstable();
         indices.dedup();
         let guards = indices
@@ -105,7 +105,7 @@ impl MemoryStore {
 }
 
 struct LockedShards<'a> {
-    guards: Vec<(usize, MutexGuard<'a, Shard>)>,
+    guards: Small<(usize, MutexGuard<'a, Shard>)>,
 }
 
 impl LockedShards<'_> {

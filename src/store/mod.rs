@@ -6,8 +6,13 @@ pub mod memory;
 
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use crate::limit::key::Identity;
 use crate::limit::{Algorithm, Rate};
+
+/// Per-request lists: a request meets a handful of windows, so they live on the stack.
+pub type Small<T> = SmallVec<[T; 8]>;
 
 /// One window of one limit for one identity, as a request needs it checked.
 #[derive(Debug, Clone)]
@@ -25,7 +30,7 @@ pub struct WindowRequest {
 
 /// Which groups to commit, given every window's verdict: when all enforced groups allow,
 /// every group that allows (enforced or shadow); otherwise none.
-pub fn groups_to_commit(requests: &[WindowRequest], allowed: &[bool]) -> Vec<bool> {
+pub fn groups_to_commit(requests: &[WindowRequest], allowed: &[bool]) -> Small<bool> {
     let group_allows = |group: usize| {
         requests
             .iter()

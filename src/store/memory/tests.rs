@@ -99,7 +99,7 @@ fn shadow_groups_never_block_and_are_charged_only_when_they_allow() {
         .collect();
     assert_eq!(verdicts, [true, true, false, false, false]);
     let groups = groups_to_commit(&both, &[true, false]);
-    assert_eq!(groups, [true, false]);
+    assert_eq!(groups[..], [true, false]);
     let WindowCheck::Allow { remaining, .. } = store.check_all(&[enforced], NOW)[0] else {
         panic!()
     };
