@@ -26,7 +26,9 @@ impl SystemClock {
 
 impl Clock for SystemClock {
     fn now(&self) -> Nanos {
-        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         u64::try_from(since_epoch.as_nanos()).unwrap_or(u64::MAX)
     }
 }

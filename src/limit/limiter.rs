@@ -5,7 +5,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::key::{IdentityBuilder, IdentityHasher, Missing, PartValue, RequestFacts};
+use super::key::{
+    IdentityBuilder, IdentityHasher, Missing, PartValue, RequestFacts, window_identity,
+};
 use super::rules::{LimitRule, Plans, Window};
 use super::{RateStatus, WindowCheck};
 use crate::clock::Nanos;
@@ -94,7 +96,7 @@ impl Limiter {
                 continue;
             };
             let identity = match self.identity(rule, tier.unwrap_or(""), facts) {
-                Ok(Some(identity)) => identity,
+                Ok(Some(builder)) => builder.finish(),
                 Ok(None) => continue,
                 Err(part) => {
                     return LimitDecision::MissingKey {
@@ -105,7 +107,7 @@ impl Limiter {
             };
             for (w, window) in windows.iter().enumerate() {
                 requests.push(WindowRequest {
-                    identity: identity.finish(w),
+                    identity: window_identity(identity, w),
                     algorithm: rule.algorithm,
                     rate: window.rate,
                     cost: route.cost,
