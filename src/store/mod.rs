@@ -28,22 +28,29 @@ pub struct WindowRequest {
     pub shadow: bool,
 }
 
-/// Which groups to commit, given every window's verdict: when all enforced groups allow,
-/// every group that allows (enforced or shadow); otherwise none.
+/// Which windows to commit, given every window's verdict: when all enforced groups allow,
+/// the windows of every group that allows (enforced or shadow); otherwise none. The windows of
+/// one group must be adjacent in `requests`, as the limiter builds them.
 pub fn groups_to_commit(requests: &[WindowRequest], allowed: &[bool]) -> Small<bool> {
-    let group_allows = |group: usize| {
-        requests
-            .iter()
-            .zip(allowed)
-            .filter(|(r, _)| r.group == group)
-            .all(|(_, a)| *a)
-    };
+    let mut group_allows: Small<bool> = Small::new();
+    let mut start = 0;
+    while start < requests.len() {
+        let group = requests[start].group;
+        let end = start
+            + requests[start..]
+                .iter()
+                .take_while(|r| r.group == group)
+                .count();
+        let allows = allowed[start..end].iter().all(|a| *a);
+        group_allows.extend(std::iter::repeat_n(allows, end - start));
+        start = end;
+    }
     let enforced_allow = requests
         .iter()
-        .filter(|r| !r.shadow)
-        .all(|r| group_allows(r.group));
-    requests
+        .zip(&group_allows)
+        .all(|(r, allows)| r.shadow || *allows);
+    group_allows
         .iter()
-        .map(|r| enforced_allow && group_allows(r.group))
+        .map(|allows| enforced_allow && *allows)
         .collect()
 }
