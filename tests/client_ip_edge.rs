@@ -287,24 +287,15 @@ async fn the_edge_429_carries_retry_after_rate_headers_and_a_problem_naming_the_
 
 #[tokio::test]
 async fn ip_lists_load_from_files_next_to_the_config() {
-    let dir = std::env::temp_dir().join(format!("rlp-lists-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("partners.txt"),
-        "# partners\n198.51.100.0/24  # main\n\n2001:db8:100::/48\n",
-    )
-    .unwrap();
     let upstream = TestUpstream::ok("ok").await;
     let text = format!(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\n[ip_lists]\npartners = {{ file = \"partners.txt\" }}\n[edge]\nrate = \"1/h\"\nburst = 1\noverrides = [{{ list = \"partners\", exempt = true }}]\n[client_ip]\ntrusted_proxies = [\"127.0.0.2\"]\n{}",
+        "[ip_lists]\npartners = {{ file = \"partners.txt\" }}\n[edge]\nrate = \"1/h\"\nburst = 1\noverrides = [{{ list = \"partners\", exempt = true }}]\n[client_ip]\ntrusted_proxies = [\"127.0.0.2\"]\n{}",
         one_route_config(&[upstream.url()], "")
     );
-    let path = dir.join("gw.toml");
-    std::fs::write(&path, &text).unwrap();
-    let config = ratelimit_proxy::config::load(&path).unwrap();
-    let gateway = ratelimit_proxy::Gateway::bind(config).await.unwrap();
-    let addr = gateway.local_addrs()[0];
-    tokio::spawn(gateway.serve(std::future::pending()));
+    let list = "# partners\n198.51.100.0/24  # main\n\n2001:db8:100::/48\n";
+    let (gateway, path) =
+        TestGateway::start_in_dir("lists", &[("partners.txt", list)], &text).await;
+    let addr = gateway.addr;
     let partner = client_from(LOAD_BALANCER.parse().unwrap());
     for _ in 0..5 {
         let request = Request::get(format!("http://{addr}/"))
@@ -317,7 +308,11 @@ async fn ip_lists_load_from_files_next_to_the_config() {
         );
     }
 
-    std::fs::write(dir.join("partners.txt"), "198.51.100.0/24\nnot a cidr\n").unwrap();
+    std::fs::write(
+        path.with_file_name("partners.txt"),
+        "198.51.100.0/24\nnot a cidr\n",
+    )
+    .unwrap();
     let error = ratelimit_proxy::config::load(&path)
         .unwrap_err()
         .to_string();

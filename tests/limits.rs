@@ -158,18 +158,9 @@ async fn cost_is_taken_per_request() {
 
 #[tokio::test]
 async fn tiers_from_a_plans_file_unlimited_and_default() {
-    let dir = std::env::temp_dir().join(format!("rlp-plans-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("plans.toml"),
-        "\"key-pro\" = \"pro\"\n\"key-internal\" = \"internal\"\n",
-    )
-    .unwrap();
     let upstream = TestUpstream::ok("ok").await;
     let text = format!(
-        r#"[server]
-listen = ["127.0.0.1:0"]
-[[upstreams]]
+        r#"[[upstreams]]
 name = "api"
 servers = ["{}"]
 [[routes]]
@@ -188,11 +179,9 @@ default = "free"
 "#,
         upstream.url()
     );
-    std::fs::write(dir.join("gw.toml"), text).unwrap();
-    let config = ratelimit_proxy::config::load(&dir.join("gw.toml")).unwrap();
-    let gateway = ratelimit_proxy::Gateway::bind(config).await.unwrap();
-    let addr = gateway.local_addrs()[0];
-    tokio::spawn(gateway.serve(std::future::pending()));
+    let plans = "\"key-pro\" = \"pro\"\n\"key-internal\" = \"internal\"\n";
+    let (gateway, _) = TestGateway::start_in_dir("plans", &[("plans.toml", plans)], &text).await;
+    let addr = gateway.addr;
     let allowed = |key: &'static str, tries: usize| async move {
         let mut allowed = 0;
         for _ in 0..tries {

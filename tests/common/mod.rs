@@ -52,6 +52,32 @@ impl TestGateway {
         let text = format!("[server]\nlisten = [\"127.0.0.1:0\"]\n{config_text}");
         let config = ratelimit_proxy::config::parse_str(&text, "test.toml")
             .unwrap_or_else(|e| panic!("{e}"));
+        TestGateway::serve(config).await
+    }
+
+    /// Writes `files` and `gw.toml` (config text, `listen` forced to 127.0.0.1:0) into a fresh
+    /// directory and starts the gateway from that file, so relative paths (lists, plans) resolve.
+    pub async fn start_in_dir(
+        name: &str,
+        files: &[(&str, &str)],
+        config_text: &str,
+    ) -> (TestGateway, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("rlp-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (file, contents) in files {
+            std::fs::write(dir.join(file), contents).unwrap();
+        }
+        let path = dir.join("gw.toml");
+        std::fs::write(
+            &path,
+            format!("[server]\nlisten = [\"127.0.0.1:0\"]\n{config_text}"),
+        )
+        .unwrap();
+        let config = ratelimit_proxy::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        (TestGateway::serve(config).await, path)
+    }
+
+    async fn serve(config: ratelimit_proxy::Config) -> TestGateway {
         let gateway = ratelimit_proxy::Gateway::bind(config).await.expect("bind");
         let addr = gateway.local_addrs()[0];
         let (tx, rx) = oneshot::channel();
