@@ -43,15 +43,44 @@ servers = ["http://127.0.0.1:$UPSTREAM_PORT"]
 name = "default"
 upstream = "echo"
 TOML
+LIMITS_PORT=$(free_port)
+# The same route behind the edge layer and two memory-store limits of two windows each, with
+# limits the load never reaches: the cost of admission on the allowed path.
+cat > "$WORK/limits.toml" <<TOML
+[server]
+listen = ["127.0.0.1:$LIMITS_PORT"]
+[edge]
+rate = "1000000/s"
+[store]
+hash_secret = "bench"
+[[upstreams]]
+name = "echo"
+servers = ["http://127.0.0.1:$UPSTREAM_PORT"]
+[[routes]]
+name = "default"
+upstream = "echo"
+limits = ["per-key", "per-ip"]
+[[limits]]
+name = "per-key"
+key = ["header:x-api-key"]
+rates = [{ limit = 100000000, per = "1m" }, { limit = 1000000000, per = "1d" }]
+[[limits]]
+name = "per-ip"
+key = ["ip", "route"]
+algorithm = "sliding_window"
+rates = [{ limit = 100000000, per = "1m" }, { limit = 1000000000, per = "1h" }]
+TOML
 RUST_LOG=warn "$BIN" --config "$WORK/gw.toml" >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
-wait_port "$UPSTREAM_PORT"; wait_port "$PROXY_PORT"
+RUST_LOG=warn "$BIN" --config "$WORK/limits.toml" >"$WORK/limits.log" 2>&1 & LIMITS_PID=$!; PIDS+=($LIMITS_PID)
+wait_port "$UPSTREAM_PORT"; wait_port "$PROXY_PORT"; wait_port "$LIMITS_PORT"
 
-# run NAME URL PID: one wrk run; prints a table row. PID is the process whose CPU is charged.
+# run NAME URL PID [wrk args]: one wrk run; prints a table row. PID is the process whose CPU
+# is charged.
 run() {
-  local name=$1 url=$2 pid=$3
-  wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "$url" >/dev/null
+  local name=$1 url=$2 pid=$3; shift 3
+  wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "$@" "$url" >/dev/null
   local before; before=$(cpu_ticks "$pid")
-  wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$url" >"$WORK/$name.txt"
+  wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency "$@" "$url" >"$WORK/$name.txt"
   local after; after=$(cpu_ticks "$pid")
   local requests rps p50 p99 errors
   requests=$(awk '/requests in/ {print $1}' "$WORK/$name.txt")
@@ -69,3 +98,4 @@ echo "wrk -t$THREADS -c$CONNS -d$DURATION on $(nproc) cores; CPU µs/req is of t
 printf '%-22s %12s %10s %10s %14s %12s\n' scenario "req/s" p50 p99 "CPU µs/req" "peak RSS"
 run direct-to-upstream "http://127.0.0.1:$UPSTREAM_PORT/bench" "${PIDS[0]}"
 run proxy "http://127.0.0.1:$PROXY_PORT/bench" "$PROXY_PID"
+run proxy+edge+2-limits "http://127.0.0.1:$LIMITS_PORT/bench" "$LIMITS_PID" -H "x-api-key: bench-key"
