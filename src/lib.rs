@@ -16,6 +16,7 @@ pub mod respond;
 pub mod route;
 pub mod server;
 pub mod store;
+pub mod tls;
 
 use std::future::Future;
 

@@ -64,6 +64,9 @@ fn check(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let path = config.context("check needs --config FILE")?;
     match ratelimit_proxy::config::load(&path) {
         Ok(config) => {
+            for warning in &config.warnings {
+                eprintln!("warning: {}: {warning}", config.source);
+            }
             println!(
                 "{}: OK ({} routes, {} upstreams)",
                 config.source,

@@ -34,6 +34,12 @@ pub enum GatewayError {
         server: String,
         after: Duration,
     },
+    #[error("upstream {upstream:?} server {server}: TLS handshake failed: {reason}")]
+    UpstreamTls {
+        upstream: String,
+        server: String,
+        reason: String,
+    },
     #[error("upstream {upstream:?} server {server} did not answer within {after:?}")]
     UpstreamTimeout {
         upstream: String,
@@ -58,9 +64,9 @@ impl GatewayError {
             GatewayError::NoRoute { .. } => StatusCode::NOT_FOUND,
             GatewayError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             GatewayError::NoHealthyServer { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            GatewayError::UpstreamConnect { .. } | GatewayError::UpstreamFailed { .. } => {
-                StatusCode::BAD_GATEWAY
-            }
+            GatewayError::UpstreamConnect { .. }
+            | GatewayError::UpstreamTls { .. }
+            | GatewayError::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
             GatewayError::UpstreamConnectTimeout { .. } | GatewayError::UpstreamTimeout { .. } => {
                 StatusCode::GATEWAY_TIMEOUT
             }
@@ -87,6 +93,9 @@ impl GatewayError {
             }
             GatewayError::UpstreamConnect { .. } | GatewayError::UpstreamFailed { .. } => {
                 "the upstream server refused or reset the connection".into()
+            }
+            GatewayError::UpstreamTls { .. } => {
+                "a secure connection to the upstream server could not be made".into()
             }
             GatewayError::UpstreamConnectTimeout { .. } | GatewayError::UpstreamTimeout { .. } => {
                 "the upstream server did not answer in time".into()

@@ -6,6 +6,7 @@ mod duration;
 mod limits;
 mod network;
 mod raw;
+mod tls;
 mod validate;
 
 use std::fmt;
@@ -19,10 +20,12 @@ use http::Method;
 use crate::client_ip::ClientIpPolicy;
 use crate::edge::EdgePolicy;
 use crate::limit::rules::{LimitRule, OnError, Plans};
+use crate::tls::upstream::UpstreamTls;
 use http::uri::{Authority, Scheme};
 
 pub use duration::{parse_duration, parse_rate};
 pub use network::{IpLists, parse_cidr};
+pub use tls::TlsListenerConfig;
 
 /// A validated configuration, ready to serve.
 #[derive(Debug, Clone)]
@@ -38,6 +41,8 @@ pub struct Config {
     pub response: ResponseStyle,
     pub limits: Vec<LimitRule>,
     pub plans: Option<Plans>,
+    /// Things an operator should see that do not stop the config from loading.
+    pub warnings: Vec<String>,
     pub upstreams: Vec<UpstreamConfig>,
     pub routes: Vec<RouteConfig>,
 }
@@ -50,6 +55,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub shutdown_grace: Duration,
+    /// HTTPS listeners (`[[server.tls]]`).
+    pub tls: Vec<TlsListenerConfig>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +75,8 @@ pub struct UpstreamConfig {
     /// How long a server that refused a connection is left out before it is tried again.
     pub ejection_time: Duration,
     pub health_check: Option<HealthCheck>,
+    /// Used for `https://` servers.
+    pub tls: UpstreamTls,
 }
 
 /// One upstream server: where requests for it are sent.

@@ -36,7 +36,24 @@ pub struct RawServer {
     pub max_connections: Option<i64>,
     pub max_header_bytes: Option<i64>,
     pub shutdown_grace: Option<String>,
-    pub tls: Option<toml::Value>,
+    #[serde(default)]
+    pub tls: Vec<RawTlsListener>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTlsListener {
+    pub listen: String,
+    pub certs: Vec<RawCertFiles>,
+    pub min_version: Option<String>,
+    pub handshake_timeout: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCertFiles {
+    pub cert: String,
+    pub key: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,6 +66,9 @@ pub struct RawUpstream {
     pub response_timeout: Option<String>,
     pub ejection_time: Option<String>,
     pub health_check: Option<RawHealthCheck>,
+    pub ca_file: Option<String>,
+    pub sni: Option<String>,
+    pub tls_insecure_skip_verify: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -13,15 +13,22 @@ use super::{
     Balance, Config, ConfigError, HealthCheck, Problem, RouteConfig, ServerConfig, UpstreamConfig,
     UpstreamServer, parse_duration,
 };
-use super::{limits, network};
+use super::{limits, network, tls};
 
 /// Sections of DESIGN.md §3 that this build does not implement yet.
 const NOT_YET: &str = "not supported yet in this version of ratelimit-proxy; remove the section";
 
 #[derive(Default)]
-pub(super) struct Problems(Vec<Problem>);
+pub(super) struct Problems(Vec<Problem>, Vec<String>);
 
 impl Problems {
+    /// Something that does not stop the config from loading but an operator should see.
+    pub(super) fn warn(&mut self, path: impl Into<String>, warning: Option<String>) {
+        if let Some(warning) = warning {
+            self.1.push(format!("{}: {warning}", path.into()));
+        }
+    }
+
     pub(super) fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(Problem {
             path: path.into(),
@@ -78,8 +85,9 @@ impl Problems {
 pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigError> {
     let mut problems = Problems::default();
     reject_unbuilt_sections(&raw, &mut problems);
-    let server = server(&raw.server, &mut problems);
     let base_dir = Path::new(source).parent().unwrap_or(Path::new("."));
+    let mut server = server(&raw.server, &mut problems);
+    server.tls = tls::listeners(&raw.server.tls, base_dir, &mut problems);
     let client_ip = network::client_ip(raw.client_ip.as_ref(), &mut problems);
     let ip_lists = network::ip_lists(raw.ip_lists.as_ref(), base_dir, &mut problems);
     let edge = network::edge(raw.edge.as_ref(), &ip_lists, &mut problems);
@@ -96,7 +104,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         .upstreams
         .iter()
         .enumerate()
-        .map(|(i, u)| upstream(u, &format!("upstreams[{i}]"), &mut problems))
+        .map(|(i, u)| upstream(u, &format!("upstreams[{i}]"), base_dir, &mut problems))
         .collect();
     let upstream_index = unique_names(
         upstreams.iter().map(|u| u.name.as_str()),
@@ -134,6 +142,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
             response,
             limits: limit_rules,
             plans,
+            warnings: problems.1,
             upstreams,
             routes,
         })
@@ -149,7 +158,6 @@ fn reject_unbuilt_sections(raw: &RawConfig, problems: &mut Problems) {
     let sections = [
         ("admin", raw.admin.is_some()),
         ("log", raw.log.is_some()),
-        ("server.tls", raw.server.tls.is_some()),
     ];
     for (name, present) in sections {
         if present {
@@ -211,10 +219,11 @@ fn server(raw: &RawServer, problems: &mut Problems) -> ServerConfig {
             raw.shutdown_grace.as_deref(),
             Duration::from_secs(30),
         ),
+        tls: Vec::new(),
     }
 }
 
-fn upstream(raw: &RawUpstream, path: &str, problems: &mut Problems) -> UpstreamConfig {
+fn upstream(raw: &RawUpstream, path: &str, base_dir: &Path, problems: &mut Problems) -> UpstreamConfig {
     if raw.servers.is_empty() {
         problems.push(
             format!("{path}.servers"),
@@ -267,6 +276,7 @@ fn upstream(raw: &RawUpstream, path: &str, problems: &mut Problems) -> UpstreamC
             .health_check
             .as_ref()
             .map(|h| health_check(h, &format!("{path}.health_check"), problems)),
+        tls: tls::upstream_tls(raw, path, base_dir, problems),
     }
 }
 
@@ -276,11 +286,8 @@ fn upstream_server(text: &str) -> Result<UpstreamServer, String> {
     let (Some(scheme), Some(authority)) = (uri.scheme(), uri.authority()) else {
         return Err(expected());
     };
-    if *scheme == Scheme::HTTPS {
-        return Err(format!("https upstreams are {NOT_YET}"));
-    }
-    if *scheme != Scheme::HTTP {
-        return Err(format!("expected an http:// URL, got {text:?}"));
+    if *scheme != Scheme::HTTP && *scheme != Scheme::HTTPS {
+        return Err(format!("expected an http:// or https:// URL, got {text:?}"));
     }
     if !matches!(uri.path(), "" | "/") || uri.query().is_some() || authority.as_str().contains('@')
     {

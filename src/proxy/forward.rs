@@ -104,7 +104,9 @@ async fn send(
         }),
         Ok(Err(source)) if source.is_connect() => {
             pool.eject(server);
-            if is_timeout(&source) {
+            if let Some(tls) = tls_error(&source) {
+                Err(GatewayError::UpstreamTls { upstream: upstream(), server: label(), reason: tls.to_string() })
+            } else if is_timeout(&source) {
                 Err(GatewayError::UpstreamConnectTimeout {
                     upstream: upstream(),
                     server: label(),
@@ -177,6 +179,23 @@ fn is_idempotent(method: &Method) -> bool {
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
     )
+}
+
+/// The TLS error behind a connect error, if the handshake is what failed.
+fn tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    let mut cause = Some(error);
+    while let Some(current) = cause {
+        if let Some(tls) = current.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        if let Some(io) = current.downcast_ref::<std::io::Error>()
+            && let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(tls);
+        }
+        cause = current.source();
+    }
+    None
 }
 
 /// True when a connect error was a timeout rather than a refusal.

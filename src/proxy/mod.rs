@@ -41,18 +41,15 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    pub fn new(config: &Config) -> Runtime {
+    pub fn new(config: &Config) -> Result<Runtime, rustls::Error> {
         Runtime::with_clock(config, Arc::new(SystemClock::new()))
     }
 
-    pub fn with_clock(config: &Config, clock: Arc<dyn Clock>) -> Runtime {
-        let upstreams = config
-            .upstreams
-            .iter()
-            .map(|u| Arc::new(UpstreamPool::new(u)));
-        Runtime {
+    pub fn with_clock(config: &Config, clock: Arc<dyn Clock>) -> Result<Runtime, rustls::Error> {
+        let upstreams: Result<Vec<_>, _> = config.upstreams.iter().map(|u| UpstreamPool::new(u).map(Arc::new)).collect();
+        Ok(Runtime {
             router: Router::new(&config.routes),
-            upstreams: upstreams.collect(),
+            upstreams: upstreams?,
             max_header_bytes: config.server.max_header_bytes,
             client_ip: config.client_ip.clone(),
             edge: config.edge.clone().map(EdgeLayer::new),
@@ -64,7 +61,7 @@ impl Runtime {
             ),
             response: config.response.clone(),
             clock,
-        }
+        })
     }
 
     /// Starts the background work of this runtime (health checks) until `stop`.

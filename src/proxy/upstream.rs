@@ -9,10 +9,12 @@ use bytes::Bytes;
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
+use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::{Balance, HealthCheck, UpstreamConfig, UpstreamServer};
+use crate::tls::upstream::client_config;
 
 /// Body sent upstream: the client's streamed body, or nothing (retries, health checks).
 pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
@@ -37,7 +39,7 @@ pub struct ServerState {
 pub struct UpstreamPool {
     pub name: String,
     pub servers: Vec<ServerState>,
-    pub client: Client<HttpConnector, UpstreamBody>,
+    pub client: Client<HttpsConnector<HttpConnector>, UpstreamBody>,
     pub response_timeout: Duration,
     pub connect_timeout: Duration,
     pub health_check: Option<HealthCheck>,
@@ -48,15 +50,12 @@ pub struct UpstreamPool {
 }
 
 impl UpstreamPool {
-    pub fn new(config: &UpstreamConfig) -> UpstreamPool {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout));
-        connector.set_nodelay(true);
+    pub fn new(config: &UpstreamConfig) -> Result<UpstreamPool, rustls::Error> {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_timer(TokioTimer::new())
             .timer(TokioTimer::new())
-            .build(connector);
+            .build(connector(config)?);
         let servers = config
             .servers
             .iter()
@@ -69,7 +68,7 @@ impl UpstreamPool {
                 ejected_until_ms: AtomicU64::new(0),
             })
             .collect();
-        UpstreamPool {
+        Ok(UpstreamPool {
             name: config.name.clone(),
             servers,
             client,
@@ -80,7 +79,7 @@ impl UpstreamPool {
             ejection_time: config.ejection_time,
             next: AtomicUsize::new(0),
             epoch: Instant::now(),
-        }
+        })
     }
 
     /// The next available server other than `exclude`, by the configured balance.
@@ -154,6 +153,23 @@ impl UpstreamPool {
     }
 }
 
+/// TCP with the pool's connect timeout, plus TLS for `https://` servers.
+fn connector(config: &UpstreamConfig) -> Result<HttpsConnector<HttpConnector>, rustls::Error> {
+    let mut tcp = HttpConnector::new();
+    tcp.set_connect_timeout(Some(config.connect_timeout));
+    tcp.set_nodelay(true);
+    tcp.enforce_http(false);
+    if config.tls.insecure_skip_verify {
+        tracing::warn!(upstream = %config.name, "tls_insecure_skip_verify: upstream certificates are not verified");
+    }
+    let builder = HttpsConnectorBuilder::new().with_tls_config(client_config(&config.tls)?).https_or_http();
+    let builder = match &config.tls.sni {
+        Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone())),
+        None => builder,
+    };
+    Ok(builder.enable_http1().wrap_connector(tcp))
+}
+
 /// An in-flight request on one server; released on drop, also when the client goes away.
 pub struct InFlight<'a> {
     state: &'a ServerState,
@@ -183,8 +199,9 @@ mod tests {
             response_timeout: Duration::from_secs(1),
             ejection_time: Duration::from_secs(60),
             health_check: None,
+            tls: Default::default(),
         };
-        UpstreamPool::new(&config)
+        UpstreamPool::new(&config).unwrap()
     }
 
     fn check() -> HealthCheck {

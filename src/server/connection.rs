@@ -18,7 +18,6 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -96,18 +95,19 @@ impl Drop for Answering {
     }
 }
 
-pub async fn serve(
-    stream: TcpStream,
+/// Serves one connection; `proto` ("http" or "https") is what X-Forwarded-Proto says.
+pub async fn serve<S>(
+    stream: S,
     peer: SocketAddr,
+    proto: &'static str,
     runtime: Arc<Runtime>,
     settings: Arc<ConnectionSettings>,
     stop: CancellationToken,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let activity = Arc::new(Activity::new());
-    let client = ClientConnection {
-        peer,
-        proto: "http",
-    };
+    let client = ClientConnection { peer, proto };
     let service_activity = activity.clone();
     let service = service_fn(move |request| {
         let runtime = runtime.clone();
@@ -215,12 +215,12 @@ impl IdleWatch {
 }
 
 /// The client socket, noting when bytes of a new request head start to arrive.
-struct WatchedIo {
-    stream: TcpStream,
+struct WatchedIo<S> {
+    stream: S,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for WatchedIo {
+impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -235,7 +235,7 @@ impl AsyncRead for WatchedIo {
     }
 }
 
-impl AsyncWrite for WatchedIo {
+impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

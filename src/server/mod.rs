@@ -1,23 +1,26 @@
-//! Listeners and the serving lifecycle: bind, accept within `max_connections`, serve each
-//! connection, and on shutdown stop accepting and let in-flight requests finish within
-//! `shutdown_grace`.
+//! Listeners and the serving lifecycle: bind plain and TLS listeners, accept within
+//! `max_connections`, serve each connection, and on shutdown stop accepting and let in-flight
+//! requests finish within `shutdown_grace`.
 
 mod connection;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, ServerConfig};
+use crate::config::{Config, ServerConfig, TlsListenerConfig};
 use crate::proxy::Runtime;
+use crate::tls::server::{CertResolver, acceptor};
 use connection::ConnectionSettings;
 
 /// Why the gateway could not serve.
@@ -29,79 +32,131 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot set up TLS: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// One bound listener: plain (HTTP/1.1 and h2c) or TLS.
+struct Listener {
+    socket: TcpListener,
+    tls: Option<Arc<TlsEntry>>,
+}
+
+/// What a TLS listener needs for each connection.
+struct TlsEntry {
+    acceptor: TlsAcceptor,
+    handshake_timeout: Duration,
+    certs: Arc<CertResolver>,
+    handshake_failures: AtomicU64,
 }
 
 /// A gateway whose listeners are bound, ready to serve.
 pub struct Gateway {
     config: Config,
-    listeners: Vec<TcpListener>,
+    runtime: Arc<Runtime>,
+    listeners: Vec<Listener>,
 }
 
 impl Gateway {
-    /// Binds every listener of `config`; fails on the first address that cannot be bound.
+    /// Builds the runtime and binds every listener of `config` (plain ones first).
     pub async fn bind(config: Config) -> Result<Gateway, ServeError> {
-        let mut listeners = Vec::with_capacity(config.server.listen.len());
+        let runtime = Arc::new(Runtime::new(&config)?);
+        let mut listeners = Vec::new();
         for &addr in &config.server.listen {
-            let listener = TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::Bind { addr, source })?;
-            listeners.push(listener);
+            listeners.push(Listener { socket: bind(addr).await?, tls: None });
         }
-        Ok(Gateway { config, listeners })
+        for tls in &config.server.tls {
+            listeners.push(Listener { socket: bind(tls.listen).await?, tls: Some(Arc::new(tls_entry(tls)?)) });
+        }
+        Ok(Gateway { config, runtime, listeners })
     }
 
-    /// The bound addresses (with the real ports when the config asked for port 0).
+    /// The bound plain addresses (with real ports when the config asked for port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners
-            .iter()
-            .filter_map(|l| l.local_addr().ok())
-            .collect()
+        self.addrs(false)
+    }
+
+    /// The bound TLS addresses, in `[[server.tls]]` order.
+    pub fn tls_addrs(&self) -> Vec<SocketAddr> {
+        self.addrs(true)
+    }
+
+    fn addrs(&self, tls: bool) -> Vec<SocketAddr> {
+        let listeners = self.listeners.iter().filter(|l| l.tls.is_some() == tls);
+        listeners.filter_map(|l| l.socket.local_addr().ok()).collect()
+    }
+
+    /// A handle that re-reads every TLS listener's certificate files, for new connections.
+    pub fn certificate_reloader(&self) -> CertificateReloader {
+        CertificateReloader(self.listeners.iter().filter_map(|l| l.tls.as_ref().map(|t| t.certs.clone())).collect())
     }
 
     /// Serves until `shutdown` completes, then drains within `shutdown_grace`.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
-        let runtime = Arc::new(Runtime::new(&self.config));
+        for warning in &self.config.warnings {
+            tracing::warn!("{}: {warning}", self.config.source);
+        }
         let stop = CancellationToken::new();
-        runtime.start_background(&stop);
+        self.runtime.start_background(&stop);
         let settings = Arc::new(connection_settings(&self.config.server));
         let connections = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.config.server.max_connections));
-        let accepting: Vec<_> = self
-            .listeners
-            .into_iter()
-            .map(|listener| {
-                let accept = AcceptLoop {
-                    listener,
-                    runtime: runtime.clone(),
-                    settings: settings.clone(),
-                    slots: slots.clone(),
-                    connections: connections.clone(),
-                    stop: stop.clone(),
-                };
-                tokio::spawn(accept.run())
-            })
-            .collect();
-        for addr in &self.config.server.listen {
-            tracing::info!(%addr, "listening");
+        let mut accepting = Vec::new();
+        for listener in self.listeners {
+            if let Ok(addr) = listener.socket.local_addr() {
+                tracing::info!(%addr, tls = listener.tls.is_some(), "listening");
+            }
+            let accept = AcceptLoop {
+                listener,
+                runtime: self.runtime.clone(),
+                settings: settings.clone(),
+                slots: slots.clone(),
+                connections: connections.clone(),
+                stop: stop.clone(),
+            };
+            accepting.push(tokio::spawn(accept.run()));
         }
         shutdown.await;
-        tracing::info!(grace = ?self.config.server.shutdown_grace, "shutting down: no new connections");
+        let grace = self.config.server.shutdown_grace;
+        tracing::info!(?grace, "shutting down: no new connections");
         stop.cancel();
         for task in accepting {
             let _ = task.await;
         }
         connections.close();
-        if tokio::time::timeout(self.config.server.shutdown_grace, connections.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                open = connections.len(),
-                "shutdown_grace over; closing remaining connections"
-            );
+        if tokio::time::timeout(grace, connections.wait()).await.is_err() {
+            tracing::warn!(open = connections.len(), "shutdown_grace over; closing remaining connections");
         }
         Ok(())
     }
+}
+
+/// Re-reads the certificate files of every TLS listener (SIGHUP and file changes call this).
+#[derive(Clone)]
+pub struct CertificateReloader(Vec<Arc<CertResolver>>);
+
+impl CertificateReloader {
+    /// All or nothing per listener: a listener whose files fail to load keeps its certificates.
+    pub fn reload(&self) -> Result<Vec<String>, String> {
+        let mut warnings = Vec::new();
+        for resolver in &self.0 {
+            warnings.extend(resolver.reload()?);
+        }
+        Ok(warnings)
+    }
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })
+}
+
+fn tls_entry(config: &TlsListenerConfig) -> Result<TlsEntry, rustls::Error> {
+    Ok(TlsEntry {
+        acceptor: acceptor(config.certs.clone(), config.min_version)?,
+        handshake_timeout: config.handshake_timeout,
+        certs: config.certs.clone(),
+        handshake_failures: AtomicU64::new(0),
+    })
 }
 
 fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
@@ -128,7 +183,7 @@ fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
 }
 
 struct AcceptLoop {
-    listener: TcpListener,
+    listener: Listener,
     runtime: Arc<Runtime>,
     settings: Arc<ConnectionSettings>,
     slots: Arc<Semaphore>,
@@ -150,27 +205,44 @@ impl AcceptLoop {
             };
             let accepted = tokio::select! {
                 _ = self.stop.cancelled() => return,
-                accepted = self.listener.accept() => accepted,
+                accepted = self.listener.socket.accept() => accepted,
             };
             match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    let serve = connection::serve(
-                        stream,
-                        peer,
-                        self.runtime.clone(),
-                        self.settings.clone(),
-                        self.stop.clone(),
-                    );
-                    self.connections.spawn(async move {
-                        serve.await;
-                        drop(slot);
-                    });
+                    self.connections.spawn(self.serve(stream, peer, slot));
                 }
                 Err(error) => accept_failed(error).await,
             }
         }
     }
+
+    /// Serves one accepted connection, after a TLS handshake on TLS listeners.
+    fn serve(&self, stream: TcpStream, peer: SocketAddr, slot: OwnedSemaphorePermit) -> impl Future<Output = ()> + use<> {
+        let (runtime, settings, stop) = (self.runtime.clone(), self.settings.clone(), self.stop.clone());
+        let tls = self.listener.tls.clone();
+        async move {
+            match tls {
+                None => connection::serve(stream, peer, "http", runtime, settings, stop).await,
+                Some(tls) => {
+                    let handshake = tokio::time::timeout(tls.handshake_timeout, tls.acceptor.accept(stream));
+                    match handshake.await {
+                        Ok(Ok(stream)) => connection::serve(stream, peer, "https", runtime, settings, stop).await,
+                        Ok(Err(error)) => handshake_failed(&tls, peer, &error.to_string()),
+                        Err(_) => handshake_failed(&tls, peer, "handshake_timeout passed"),
+                    }
+                }
+            }
+            drop(slot);
+        }
+    }
+}
+
+/// A failed handshake is the client's problem (scanners, plain HTTP on the TLS port): counted
+/// and logged at debug, never an error.
+fn handshake_failed(tls: &TlsEntry, peer: SocketAddr, reason: &str) {
+    let failures = tls.handshake_failures.fetch_add(1, Ordering::Relaxed) + 1;
+    tracing::debug!(%peer, reason, failures, "TLS handshake failed");
 }
 
 /// Out of file descriptors or memory: wait a moment instead of spinning.
