@@ -156,7 +156,6 @@ fn sections_not_built_yet_are_refused_not_ignored() {
         "[store]\nurl = \"redis://127.0.0.1:6379\"",
         "[admin]\nlisten = \"127.0.0.1:9090\"",
         "[log]\nformat = \"json\"",
-        "[[server.tls]]\nlisten = \"0.0.0.0:8443\"",
     ] {
         let lines = problems(&format!("{VALID}\n{section}\n"));
         assert!(

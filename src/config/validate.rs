@@ -155,10 +155,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
 }
 
 fn reject_unbuilt_sections(raw: &RawConfig, problems: &mut Problems) {
-    let sections = [
-        ("admin", raw.admin.is_some()),
-        ("log", raw.log.is_some()),
-    ];
+    let sections = [("admin", raw.admin.is_some()), ("log", raw.log.is_some())];
     for (name, present) in sections {
         if present {
             problems.push(name, NOT_YET);
@@ -223,7 +220,12 @@ fn server(raw: &RawServer, problems: &mut Problems) -> ServerConfig {
     }
 }
 
-fn upstream(raw: &RawUpstream, path: &str, base_dir: &Path, problems: &mut Problems) -> UpstreamConfig {
+fn upstream(
+    raw: &RawUpstream,
+    path: &str,
+    base_dir: &Path,
+    problems: &mut Problems,
+) -> UpstreamConfig {
     if raw.servers.is_empty() {
         problems.push(
             format!("{path}.servers"),

@@ -105,7 +105,11 @@ async fn send(
         Ok(Err(source)) if source.is_connect() => {
             pool.eject(server);
             if let Some(tls) = tls_error(&source) {
-                Err(GatewayError::UpstreamTls { upstream: upstream(), server: label(), reason: tls.to_string() })
+                Err(GatewayError::UpstreamTls {
+                    upstream: upstream(),
+                    server: label(),
+                    reason: tls.to_string(),
+                })
             } else if is_timeout(&source) {
                 Err(GatewayError::UpstreamConnectTimeout {
                     upstream: upstream(),
@@ -181,19 +185,22 @@ fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-/// The TLS error behind a connect error, if the handshake is what failed.
+/// The TLS error behind a connect error, if the handshake is what failed. TLS errors arrive
+/// wrapped in (nested) io::Errors, whose `source()` skips the wrapped error, so the walk also
+/// looks inside them.
 fn tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
     let mut cause = Some(error);
     while let Some(current) = cause {
         if let Some(tls) = current.downcast_ref::<rustls::Error>() {
             return Some(tls);
         }
-        if let Some(io) = current.downcast_ref::<std::io::Error>()
-            && let Some(tls) = io.get_ref().and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        cause = match current
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
         {
-            return Some(tls);
-        }
-        cause = current.source();
+            Some(wrapped) => Some(wrapped as &(dyn std::error::Error + 'static)),
+            None => current.source(),
+        };
     }
     None
 }

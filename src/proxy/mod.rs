@@ -46,7 +46,11 @@ impl Runtime {
     }
 
     pub fn with_clock(config: &Config, clock: Arc<dyn Clock>) -> Result<Runtime, rustls::Error> {
-        let upstreams: Result<Vec<_>, _> = config.upstreams.iter().map(|u| UpstreamPool::new(u).map(Arc::new)).collect();
+        let upstreams: Result<Vec<_>, _> = config
+            .upstreams
+            .iter()
+            .map(|u| UpstreamPool::new(u).map(Arc::new))
+            .collect();
         Ok(Runtime {
             router: Router::new(&config.routes),
             upstreams: upstreams?,

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
@@ -162,7 +162,9 @@ fn connector(config: &UpstreamConfig) -> Result<HttpsConnector<HttpConnector>, r
     if config.tls.insecure_skip_verify {
         tracing::warn!(upstream = %config.name, "tls_insecure_skip_verify: upstream certificates are not verified");
     }
-    let builder = HttpsConnectorBuilder::new().with_tls_config(client_config(&config.tls)?).https_or_http();
+    let builder = HttpsConnectorBuilder::new()
+        .with_tls_config(client_config(&config.tls)?)
+        .https_or_http();
     let builder = match &config.tls.sni {
         Some(name) => builder.with_server_name_resolver(FixedServerNameResolver::new(name.clone())),
         None => builder,

@@ -63,12 +63,22 @@ impl Gateway {
         let runtime = Arc::new(Runtime::new(&config)?);
         let mut listeners = Vec::new();
         for &addr in &config.server.listen {
-            listeners.push(Listener { socket: bind(addr).await?, tls: None });
+            listeners.push(Listener {
+                socket: bind(addr).await?,
+                tls: None,
+            });
         }
         for tls in &config.server.tls {
-            listeners.push(Listener { socket: bind(tls.listen).await?, tls: Some(Arc::new(tls_entry(tls)?)) });
+            listeners.push(Listener {
+                socket: bind(tls.listen).await?,
+                tls: Some(Arc::new(tls_entry(tls)?)),
+            });
         }
-        Ok(Gateway { config, runtime, listeners })
+        Ok(Gateway {
+            config,
+            runtime,
+            listeners,
+        })
     }
 
     /// The bound plain addresses (with real ports when the config asked for port 0).
@@ -83,12 +93,19 @@ impl Gateway {
 
     fn addrs(&self, tls: bool) -> Vec<SocketAddr> {
         let listeners = self.listeners.iter().filter(|l| l.tls.is_some() == tls);
-        listeners.filter_map(|l| l.socket.local_addr().ok()).collect()
+        listeners
+            .filter_map(|l| l.socket.local_addr().ok())
+            .collect()
     }
 
     /// A handle that re-reads every TLS listener's certificate files, for new connections.
     pub fn certificate_reloader(&self) -> CertificateReloader {
-        CertificateReloader(self.listeners.iter().filter_map(|l| l.tls.as_ref().map(|t| t.certs.clone())).collect())
+        CertificateReloader(
+            self.listeners
+                .iter()
+                .filter_map(|l| l.tls.as_ref().map(|t| t.certs.clone()))
+                .collect(),
+        )
     }
 
     /// Serves until `shutdown` completes, then drains within `shutdown_grace`.
@@ -124,8 +141,14 @@ impl Gateway {
             let _ = task.await;
         }
         connections.close();
-        if tokio::time::timeout(grace, connections.wait()).await.is_err() {
-            tracing::warn!(open = connections.len(), "shutdown_grace over; closing remaining connections");
+        if tokio::time::timeout(grace, connections.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open = connections.len(),
+                "shutdown_grace over; closing remaining connections"
+            );
         }
         Ok(())
     }
@@ -147,7 +170,9 @@ impl CertificateReloader {
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
-    TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServeError::Bind { addr, source })
 }
 
 fn tls_entry(config: &TlsListenerConfig) -> Result<TlsEntry, rustls::Error> {
@@ -218,16 +243,28 @@ impl AcceptLoop {
     }
 
     /// Serves one accepted connection, after a TLS handshake on TLS listeners.
-    fn serve(&self, stream: TcpStream, peer: SocketAddr, slot: OwnedSemaphorePermit) -> impl Future<Output = ()> + use<> {
-        let (runtime, settings, stop) = (self.runtime.clone(), self.settings.clone(), self.stop.clone());
+    fn serve(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        slot: OwnedSemaphorePermit,
+    ) -> impl Future<Output = ()> + use<> {
+        let (runtime, settings, stop) = (
+            self.runtime.clone(),
+            self.settings.clone(),
+            self.stop.clone(),
+        );
         let tls = self.listener.tls.clone();
         async move {
             match tls {
                 None => connection::serve(stream, peer, "http", runtime, settings, stop).await,
                 Some(tls) => {
-                    let handshake = tokio::time::timeout(tls.handshake_timeout, tls.acceptor.accept(stream));
+                    let handshake =
+                        tokio::time::timeout(tls.handshake_timeout, tls.acceptor.accept(stream));
                     match handshake.await {
-                        Ok(Ok(stream)) => connection::serve(stream, peer, "https", runtime, settings, stop).await,
+                        Ok(Ok(stream)) => {
+                            connection::serve(stream, peer, "https", runtime, settings, stop).await
+                        }
                         Ok(Err(error)) => handshake_failed(&tls, peer, &error.to_string()),
                         Err(_) => handshake_failed(&tls, peer, "handshake_timeout passed"),
                     }

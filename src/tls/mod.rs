@@ -41,24 +41,53 @@ pub struct LoadedCert {
 /// Loads and checks one certificate and key. `Ok` carries a warning when it expires soon.
 pub fn load_cert(files: &CertFiles) -> Result<(LoadedCert, Option<String>), String> {
     let chain = read_certs(&files.cert)?;
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| format!("{}: no usable private key: {}", files.key.display(), pem_error(e)))?;
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
+        format!(
+            "{}: no usable private key: {}",
+            files.key.display(),
+            pem_error(e)
+        )
+    })?;
     let signing_key = provider()
         .key_provider
         .load_private_key(key)
         .map_err(|e| format!("{}: unsupported private key: {e}", files.key.display()))?;
     let certified = CertifiedKey::new(chain.clone(), signing_key);
-    certified
-        .keys_match()
-        .map_err(|_| format!("{} does not match the certificate in {}", files.key.display(), files.cert.display()))?;
-    let (names, not_after) = names_and_expiry(&chain[0]).map_err(|e| format!("{}: {e}", files.cert.display()))?;
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs() as i64;
+    certified.keys_match().map_err(|_| {
+        format!(
+            "{} does not match the certificate in {}",
+            files.key.display(),
+            files.cert.display()
+        )
+    })?;
+    let (names, not_after) =
+        names_and_expiry(&chain[0]).map_err(|e| format!("{}: {e}", files.cert.display()))?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs() as i64;
     if not_after < now {
-        return Err(format!("{} expired at {} (Unix time)", files.cert.display(), not_after));
+        return Err(format!(
+            "{} expired at {} (Unix time)",
+            files.cert.display(),
+            not_after
+        ));
     }
-    let warning = (not_after - now < EXPIRY_WARNING.as_secs() as i64)
-        .then(|| format!("{} expires in {} days", files.cert.display(), (not_after - now) / 86_400));
-    Ok((LoadedCert { key: Arc::new(certified), names, not_after }, warning))
+    let warning = (not_after - now < EXPIRY_WARNING.as_secs() as i64).then(|| {
+        format!(
+            "{} expires in {} days",
+            files.cert.display(),
+            (not_after - now) / 86_400
+        )
+    });
+    Ok((
+        LoadedCert {
+            key: Arc::new(certified),
+            names,
+            not_after,
+        },
+        warning,
+    ))
 }
 
 /// Every certificate in a PEM file; an error when there is none.
@@ -68,7 +97,10 @@ pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
         .collect();
     let certs = certs.map_err(|e| format!("{}: {}", path.display(), pem_error(e)))?;
     if certs.is_empty() {
-        return Err(format!("{}: no PEM certificate in the file", path.display()));
+        return Err(format!(
+            "{}: no PEM certificate in the file",
+            path.display()
+        ));
     }
     Ok(certs)
 }
@@ -83,7 +115,8 @@ fn pem_error(error: rustls::pki_types::pem::Error) -> String {
 
 fn names_and_expiry(cert: &CertificateDer<'_>) -> Result<(Vec<String>, i64), String> {
     use x509_parser::prelude::*;
-    let (_, parsed) = X509Certificate::from_der(cert.as_ref()).map_err(|e| format!("not a valid X.509 certificate: {e}"))?;
+    let (_, parsed) = X509Certificate::from_der(cert.as_ref())
+        .map_err(|e| format!("not a valid X.509 certificate: {e}"))?;
     let mut names: Vec<String> = match parsed.subject_alternative_name() {
         Ok(Some(san)) => san
             .value
@@ -98,7 +131,13 @@ fn names_and_expiry(cert: &CertificateDer<'_>) -> Result<(Vec<String>, i64), Str
     };
     if names.is_empty() {
         // Old certificates name their host only in the subject's common name.
-        names.extend(parsed.subject().iter_common_name().filter_map(|cn| cn.as_str().ok()).map(str::to_ascii_lowercase));
+        names.extend(
+            parsed
+                .subject()
+                .iter_common_name()
+                .filter_map(|cn| cn.as_str().ok())
+                .map(str::to_ascii_lowercase),
+        );
     }
     Ok((names, parsed.validity().not_after.timestamp()))
 }
@@ -107,7 +146,9 @@ fn names_and_expiry(cert: &CertificateDer<'_>) -> Result<(Vec<String>, i64), Str
 pub fn name_matches(pattern: &str, name: &str) -> bool {
     match pattern.strip_prefix("*.") {
         // A wildcard covers exactly one label.
-        Some(suffix) => name.split_once('.').is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
+        Some(suffix) => name
+            .split_once('.')
+            .is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
         None => pattern == name,
     }
 }

@@ -26,7 +26,10 @@ pub struct CertResolver {
 
 impl CertResolver {
     pub fn new(files: Vec<CertFiles>, certs: Vec<LoadedCert>) -> CertResolver {
-        CertResolver { files, certs: ArcSwap::from_pointee(certs) }
+        CertResolver {
+            files,
+            certs: ArcSwap::from_pointee(certs),
+        }
     }
 
     /// Reads every certificate file again and swaps them in for new connections; on any error
@@ -46,7 +49,9 @@ impl CertResolver {
     fn choose(&self, server_name: Option<&str>) -> Option<Arc<CertifiedKey>> {
         let certs = self.certs.load();
         let by_name = server_name.map(str::to_ascii_lowercase).and_then(|name| {
-            certs.iter().find(|c| c.names.iter().any(|pattern| name_matches(pattern, &name)))
+            certs
+                .iter()
+                .find(|c| c.names.iter().any(|pattern| name_matches(pattern, &name)))
         });
         by_name.or(certs.first()).map(|c| c.key.clone())
     }
@@ -59,7 +64,10 @@ impl ResolvesServerCert for CertResolver {
 }
 
 /// A TLS acceptor offering h2 and http/1.1 by ALPN, with certificates from `resolver`.
-pub fn acceptor(resolver: Arc<CertResolver>, min_version: TlsVersion) -> Result<TlsAcceptor, rustls::Error> {
+pub fn acceptor(
+    resolver: Arc<CertResolver>,
+    min_version: TlsVersion,
+) -> Result<TlsAcceptor, rustls::Error> {
     let versions: &[&rustls::SupportedProtocolVersion] = match min_version {
         TlsVersion::V1_2 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         TlsVersion::V1_3 => &[&rustls::version::TLS13],

@@ -21,12 +21,18 @@ pub struct UpstreamTls {
 }
 
 pub fn client_config(tls: &UpstreamTls) -> Result<ClientConfig, rustls::Error> {
-    let builder = ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
+    let builder =
+        ClientConfig::builder_with_provider(provider()).with_safe_default_protocol_versions()?;
     // ALPN (http/1.1) is set by the hyper-rustls connector, which requires it unset here.
     let config = if tls.insecure_skip_verify {
-        builder.dangerous().with_custom_certificate_verifier(Arc::new(AcceptAnything)).with_no_client_auth()
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnything))
+            .with_no_client_auth()
     } else {
-        builder.with_root_certificates(roots(&tls.ca_certs)).with_no_client_auth()
+        builder
+            .with_root_certificates(roots(&tls.ca_certs))
+            .with_no_client_auth()
     };
     Ok(config)
 }
@@ -82,6 +88,8 @@ impl ServerCertVerifier for AcceptAnything {
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        provider().signature_verification_algorithms.supported_schemes()
+        provider()
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }

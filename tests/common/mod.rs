@@ -42,6 +42,9 @@ pub fn empty() -> TestBody {
 /// A running gateway; shut it down with `stop`.
 pub struct TestGateway {
     pub addr: SocketAddr,
+    /// The first `[[server.tls]]` listener, if any.
+    pub tls_addr: Option<SocketAddr>,
+    pub certificates: ratelimit_proxy::server::CertificateReloader,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ratelimit_proxy::ServeError>>,
 }
@@ -80,12 +83,16 @@ impl TestGateway {
     async fn serve(config: ratelimit_proxy::Config) -> TestGateway {
         let gateway = ratelimit_proxy::Gateway::bind(config).await.expect("bind");
         let addr = gateway.local_addrs()[0];
+        let tls_addr = gateway.tls_addrs().first().copied();
+        let certificates = gateway.certificate_reloader();
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(gateway.serve(async move {
             let _ = rx.await;
         }));
         TestGateway {
             addr,
+            tls_addr,
+            certificates,
             shutdown: Some(tx),
             task,
         }
