@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Load test on loopback: starts the echo upstream, the proxy in front of it, and drives both
-# with wrk (same connections and duration), then prints requests/s, p50, p99 and the proxy's
-# CPU microseconds per request (utime+stime from /proc/PID/stat over the run).
+# Load test on loopback: starts the echo upstream, the proxy in front of it (plain, with the
+# edge layer and two limits, and over HTTPS with keep-alive and with a full handshake per
+# request), drives each with wrk (same connections and duration), and prints requests/s, p50,
+# p99 and the proxy's CPU microseconds per request (utime+stime from /proc/PID/stat).
 #
 #   benches/load.sh                       # defaults: 50 connections, 10 s, 1 wrk thread
 #   CONNS=100 DURATION=20s benches/load.sh
@@ -33,9 +34,16 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 UPSTREAM_PORT=$(free_port)
 PROXY_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
+TLS_PORT=$(free_port)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+  -subj "/CN=bench.test" -addext "subjectAltName=DNS:bench.test" \
+  -keyout "$WORK/bench.key" -out "$WORK/bench.pem" 2>/dev/null
 cat > "$WORK/gw.toml" <<TOML
 [server]
 listen = ["127.0.0.1:$PROXY_PORT"]
+[[server.tls]]
+listen = "127.0.0.1:$TLS_PORT"
+certs = [{ cert = "bench.pem", key = "bench.key" }]
 [[upstreams]]
 name = "echo"
 servers = ["http://127.0.0.1:$UPSTREAM_PORT"]
@@ -72,7 +80,7 @@ rates = [{ limit = 100000000, per = "1m" }, { limit = 1000000000, per = "1h" }]
 TOML
 RUST_LOG=warn "$BIN" --config "$WORK/gw.toml" >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
 RUST_LOG=warn "$BIN" --config "$WORK/limits.toml" >"$WORK/limits.log" 2>&1 & LIMITS_PID=$!; PIDS+=($LIMITS_PID)
-wait_port "$UPSTREAM_PORT"; wait_port "$PROXY_PORT"; wait_port "$LIMITS_PORT"
+wait_port "$UPSTREAM_PORT"; wait_port "$PROXY_PORT"; wait_port "$LIMITS_PORT"; wait_port "$TLS_PORT"
 
 # run NAME URL PID [wrk args]: one wrk run; prints a table row. PID is the process whose CPU
 # is charged.
@@ -99,3 +107,6 @@ printf '%-22s %12s %10s %10s %14s %12s\n' scenario "req/s" p50 p99 "CPU µs/req"
 run direct-to-upstream "http://127.0.0.1:$UPSTREAM_PORT/bench" "${PIDS[0]}"
 run proxy "http://127.0.0.1:$PROXY_PORT/bench" "$PROXY_PID"
 run proxy+edge+2-limits "http://127.0.0.1:$LIMITS_PORT/bench" "$LIMITS_PID" -H "x-api-key: bench-key"
+run https-keep-alive "https://127.0.0.1:$TLS_PORT/bench" "$PROXY_PID"
+# A new connection, and so a full TLS handshake, for every request.
+run https-handshake-per-req "https://127.0.0.1:$TLS_PORT/bench" "$PROXY_PID" -H "Connection: close"
