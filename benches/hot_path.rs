@@ -143,7 +143,8 @@ fn limits_decision(c: &mut Criterion) {
             Algorithm::SlidingWindow,
         ),
     ];
-    let limiter = Limiter::new(rules, None, Some("secret"), 4_000_000);
+    let store = Arc::new(ratelimit_proxy::store::memory::MemoryStore::new(4_000_000));
+    let limiter = Limiter::new(rules, None, Some("secret"), store);
     let route = RouteLimits {
         rules: vec![0, 1],
         cost: 1,

@@ -26,7 +26,7 @@ const SHARDS: usize = 64;
 const SWEEP_PAUSE_NS: u64 = 100_000_000;
 
 /// How one list is treated by the edge layer.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EdgeOverride {
     Exempt {
         list: String,
@@ -39,7 +39,7 @@ pub enum EdgeOverride {
     },
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EdgePolicy {
     pub rate: Rate,
     pub max_tracked: usize,
@@ -65,18 +65,31 @@ pub enum EdgeVerdict {
 
 pub struct EdgeLayer {
     policy: EdgePolicy,
-    buckets: EdgeBuckets,
+    buckets: Arc<EdgeBuckets>,
     /// `edge`, the policy name in headers and problem details.
     name: Arc<str>,
 }
 
 impl EdgeLayer {
     pub fn new(policy: EdgePolicy) -> EdgeLayer {
-        let buckets = EdgeBuckets::new(policy.max_tracked);
+        let buckets = Arc::new(EdgeBuckets::new(policy.max_tracked));
         EdgeLayer {
             policy,
             buckets,
             name: Arc::from("edge"),
+        }
+    }
+
+    /// A layer for `policy` that keeps the buckets of `previous` when its policy is the same
+    /// (a reload that did not touch `[edge]` or the lists it uses).
+    pub fn reusing(policy: EdgePolicy, previous: Option<&EdgeLayer>) -> EdgeLayer {
+        match previous {
+            Some(previous) if previous.policy == policy => EdgeLayer {
+                policy,
+                buckets: previous.buckets.clone(),
+                name: previous.name.clone(),
+            },
+            _ => EdgeLayer::new(policy),
         }
     }
 

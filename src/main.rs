@@ -107,7 +107,17 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    ratelimit_proxy::serve(config, shutdown_signal()).await?;
+    let gateway = ratelimit_proxy::Gateway::bind(config).await?;
+    let reloader = gateway.reloader();
+    tokio::spawn(reload_on_sighup(reloader.clone()));
+    let watching = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(ratelimit_proxy::server::watch_files(
+        reloader,
+        CONFIG_POLL,
+        watching.clone(),
+    ));
+    gateway.serve(shutdown_signal()).await?;
+    watching.cancel();
     Ok(ExitCode::SUCCESS)
 }
 
@@ -142,6 +152,31 @@ async fn echo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
     println!("echo upstream on http://{}", listener.local_addr()?);
     ratelimit_proxy::echo::serve(listener, shutdown_signal()).await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How often the config file and the files it names are checked for changes.
+const CONFIG_POLL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reloads the config on every SIGHUP.
+async fn reload_on_sighup(reloader: ratelimit_proxy::server::Reloader) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangups = match signal(SignalKind::hangup()) {
+            Ok(hangups) => hangups,
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGHUP; reload by changing the config file");
+                return;
+            }
+        };
+        while hangups.recv().await.is_some() {
+            let attempt = reloader.clone();
+            // The outcome is logged by reload().
+            let _ = tokio::task::spawn_blocking(move || attempt.reload()).await;
+        }
+    }
+    #[cfg(not(unix))]
+    drop(reloader);
 }
 
 /// Completes on SIGINT or SIGTERM.

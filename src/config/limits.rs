@@ -383,6 +383,7 @@ pub(super) fn plans(
         .map_err(|m| problems.push("plans.key", m))
         .ok()?;
     let full_path = base_dir.join(&raw.file);
+    problems.watch(&full_path);
     let text = std::fs::read_to_string(&full_path)
         .map_err(|e| {
             problems.push(

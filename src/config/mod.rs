@@ -43,6 +43,8 @@ pub struct Config {
     pub plans: Option<Plans>,
     /// Things an operator should see that do not stop the config from loading.
     pub warnings: Vec<String>,
+    /// Files the config read besides itself (lists, plans, certificates), for reloads.
+    pub files: Vec<std::path::PathBuf>,
     pub upstreams: Vec<UpstreamConfig>,
     pub routes: Vec<RouteConfig>,
 }

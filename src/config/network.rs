@@ -138,6 +138,7 @@ fn file_list(
         }
     };
     let full_path = base_dir.join(file);
+    problems.watch(&full_path);
     let text = match std::fs::read_to_string(&full_path) {
         Ok(text) => text,
         Err(error) => {

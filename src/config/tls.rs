@@ -65,6 +65,8 @@ fn listener(
             cert: base_dir.join(&certs.cert),
             key: base_dir.join(&certs.key),
         };
+        problems.watch(&pair.cert);
+        problems.watch(&pair.key);
         match load_cert(&pair) {
             Ok((cert, warning)) => {
                 loaded.push(cert);

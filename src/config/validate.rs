@@ -19,9 +19,14 @@ use super::{limits, network, tls};
 const NOT_YET: &str = "not supported yet in this version of ratelimit-proxy; remove the section";
 
 #[derive(Default)]
-pub(super) struct Problems(Vec<Problem>, Vec<String>);
+pub(super) struct Problems(Vec<Problem>, Vec<String>, Vec<std::path::PathBuf>);
 
 impl Problems {
+    /// A file the config read (a list, plans, a certificate): a change to it means a reload.
+    pub(super) fn watch(&mut self, path: &Path) {
+        self.2.push(path.to_path_buf());
+    }
+
     /// Something that does not stop the config from loading but an operator should see.
     pub(super) fn warn(&mut self, path: impl Into<String>, warning: Option<String>) {
         if let Some(warning) = warning {
@@ -143,6 +148,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
             limits: limit_rules,
             plans,
             warnings: problems.1,
+            files: problems.2,
             upstreams,
             routes,
         })

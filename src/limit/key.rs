@@ -176,6 +176,17 @@ pub struct IdentityBuilder {
 }
 
 impl IdentityBuilder {
+    /// Adds what the state of a limit means (its algorithm and windows), so a limit whose
+    /// rates change gets fresh state instead of reinterpreting the old (e.g. across reloads).
+    pub fn add_policy(&mut self, algorithm: &str, rates: impl Iterator<Item = (u64, u64, u64)>) {
+        write_field(&mut self.hasher, 0xfe, algorithm.as_bytes());
+        for (limit, per_ns, burst) in rates {
+            self.hasher.write_u64(limit);
+            self.hasher.write_u64(per_ns);
+            self.hasher.write_u64(burst);
+        }
+    }
+
     /// Adds one key part; `fallback` marks the client IP standing in for a missing part, so it
     /// never collides with a real value.
     pub fn add(&mut self, part: &KeyPart, value: &PartValue<'_>, fallback: bool) {

@@ -49,7 +49,7 @@ pub struct Limiter {
     pub rules: Vec<LimitRule>,
     pub plans: Option<Plans>,
     hasher: IdentityHasher,
-    store: MemoryStore,
+    store: Arc<MemoryStore>,
 }
 
 impl Limiter {
@@ -57,14 +57,19 @@ impl Limiter {
         rules: Vec<LimitRule>,
         plans: Option<Plans>,
         hash_secret: Option<&str>,
-        max_entries: usize,
+        store: Arc<MemoryStore>,
     ) -> Limiter {
         Limiter {
             rules,
             plans,
             hasher: IdentityHasher::new(hash_secret),
-            store: MemoryStore::new(max_entries),
+            store,
         }
+    }
+
+    /// The store, for a reloaded limiter to keep the state of limits whose rates did not change.
+    pub fn store(&self) -> &Arc<MemoryStore> {
+        &self.store
     }
 
     /// Decides on a request. `client_ip` is the real address (for exempt lists); `facts` carry
@@ -95,7 +100,7 @@ impl Limiter {
             let Some(windows) = rule.windows_for(tier) else {
                 continue;
             };
-            let identity = match self.identity(rule, tier.unwrap_or(""), facts) {
+            let identity = match self.identity(rule, tier.unwrap_or(""), windows, facts) {
                 Ok(Some(builder)) => builder.finish(),
                 Ok(None) => continue,
                 Err(part) => {
@@ -140,9 +145,14 @@ impl Limiter {
         &self,
         rule: &LimitRule,
         tier: &str,
+        windows: &[Window],
         facts: &RequestFacts<'_>,
     ) -> Result<Option<IdentityBuilder>, String> {
         let mut builder = self.hasher.start(&rule.name, tier);
+        let rates = windows
+            .iter()
+            .map(|w| (w.rate.limit, w.rate.per_ns(), w.rate.burst));
+        builder.add_policy(rule.algorithm.name(), rates);
         for part in &rule.key {
             match facts.value(part) {
                 Some(value) => builder.add(part, &value, false),

@@ -24,6 +24,7 @@ use crate::limit::limiter::Limiter;
 use crate::request_id::{self, X_REQUEST_ID};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
+use crate::store::memory::MemoryStore;
 use admit::Admission;
 use headers::Forwarded;
 use upstream::UpstreamPool;
@@ -42,26 +43,45 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn new(config: &Config) -> Result<Runtime, rustls::Error> {
-        Runtime::with_clock(config, Arc::new(SystemClock::new()))
+        Runtime::build(config, Arc::new(SystemClock::new()), None)
     }
 
-    pub fn with_clock(config: &Config, clock: Arc<dyn Clock>) -> Result<Runtime, rustls::Error> {
+    /// The runtime of a reloaded config: it keeps the limit state of `previous` (limits whose
+    /// rates changed get fresh identities), its edge buckets when `[edge]` is unchanged, and its
+    /// clock.
+    pub fn succeeding(config: &Config, previous: &Runtime) -> Result<Runtime, rustls::Error> {
+        Runtime::build(config, previous.clock.clone(), Some(previous))
+    }
+
+    pub fn build(
+        config: &Config,
+        clock: Arc<dyn Clock>,
+        previous: Option<&Runtime>,
+    ) -> Result<Runtime, rustls::Error> {
         let upstreams: Result<Vec<_>, _> = config
             .upstreams
             .iter()
             .map(|u| UpstreamPool::new(u).map(Arc::new))
             .collect();
+        let store = match previous.map(|p| p.limiter.store()) {
+            Some(store) if store.max_entries() == config.store.max_entries => store.clone(),
+            _ => Arc::new(MemoryStore::new(config.store.max_entries)),
+        };
+        let previous_edge = previous.and_then(|p| p.edge.as_ref());
         Ok(Runtime {
             router: Router::new(&config.routes),
             upstreams: upstreams?,
             max_header_bytes: config.server.max_header_bytes,
             client_ip: config.client_ip.clone(),
-            edge: config.edge.clone().map(EdgeLayer::new),
+            edge: config
+                .edge
+                .clone()
+                .map(|policy| EdgeLayer::reusing(policy, previous_edge)),
             limiter: Limiter::new(
                 config.limits.clone(),
                 config.plans.clone(),
                 config.store.hash_secret.as_deref(),
-                config.store.max_entries,
+                store,
             ),
             response: config.response.clone(),
             clock,

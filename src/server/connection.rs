@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -100,7 +101,7 @@ pub async fn serve<S>(
     stream: S,
     peer: SocketAddr,
     proto: &'static str,
-    runtime: Arc<Runtime>,
+    runtime: Arc<ArcSwap<Runtime>>,
     settings: Arc<ConnectionSettings>,
     stop: CancellationToken,
 ) where
@@ -110,7 +111,8 @@ pub async fn serve<S>(
     let client = ClientConnection { peer, proto };
     let service_activity = activity.clone();
     let service = service_fn(move |request| {
-        let runtime = runtime.clone();
+        // One snapshot per request: a reload never changes a request halfway.
+        let runtime = runtime.load_full();
         let answering = Answering::begin(&service_activity, request.version());
         async move {
             let response = proxy::handle(&runtime, client, request).await;

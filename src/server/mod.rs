@@ -3,13 +3,16 @@
 //! requests finish within `shutdown_grace`.
 
 mod connection;
+mod reload;
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
@@ -22,6 +25,8 @@ use crate::config::{Config, ServerConfig, TlsListenerConfig};
 use crate::proxy::Runtime;
 use crate::tls::server::{CertResolver, acceptor};
 use connection::ConnectionSettings;
+use reload::Generation;
+pub use reload::{ReloadError, Reloader, watch_files};
 
 /// Why the gateway could not serve.
 #[derive(Debug, thiserror::Error)]
@@ -53,14 +58,16 @@ struct TlsEntry {
 /// A gateway whose listeners are bound, ready to serve.
 pub struct Gateway {
     config: Config,
-    runtime: Arc<Runtime>,
+    runtime: Arc<ArcSwap<Runtime>>,
+    generation: Arc<Mutex<Generation>>,
     listeners: Vec<Listener>,
+    stop: CancellationToken,
 }
 
 impl Gateway {
     /// Builds the runtime and binds every listener of `config` (plain ones first).
     pub async fn bind(config: Config) -> Result<Gateway, ServeError> {
-        let runtime = Arc::new(Runtime::new(&config)?);
+        let runtime = Arc::new(ArcSwap::from_pointee(Runtime::new(&config)?));
         let mut listeners = Vec::new();
         for &addr in &config.server.listen {
             listeners.push(Listener {
@@ -74,10 +81,18 @@ impl Gateway {
                 tls: Some(Arc::new(tls_entry(tls)?)),
             });
         }
+        let stop = CancellationToken::new();
+        let generation = Generation {
+            config: config.clone(),
+            background: stop.child_token(),
+        };
+        let generation = Arc::new(Mutex::new(generation));
         Ok(Gateway {
             config,
             runtime,
+            generation,
             listeners,
+            stop,
         })
     }
 
@@ -108,13 +123,28 @@ impl Gateway {
         )
     }
 
+    /// A handle that reloads the config from its file (SIGHUP and file changes call it).
+    pub fn reloader(&self) -> Reloader {
+        Reloader {
+            path: PathBuf::from(&self.config.source),
+            runtime: self.runtime.clone(),
+            generation: self.generation.clone(),
+            stop: self.stop.clone(),
+            certificates: self.certificate_reloader(),
+        }
+    }
+
     /// Serves until `shutdown` completes, then drains within `shutdown_grace`.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
         for warning in &self.config.warnings {
             tracing::warn!("{}: {warning}", self.config.source);
         }
-        let stop = CancellationToken::new();
-        self.runtime.start_background(&stop);
+        let stop = self.stop.clone();
+        let background = match self.generation.lock() {
+            Ok(generation) => generation.background.clone(),
+            Err(_) => stop.child_token(),
+        };
+        self.runtime.load().start_background(&background);
         let settings = Arc::new(connection_settings(&self.config.server));
         let connections = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.config.server.max_connections));
@@ -209,7 +239,7 @@ fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
 
 struct AcceptLoop {
     listener: Listener,
-    runtime: Arc<Runtime>,
+    runtime: Arc<ArcSwap<Runtime>>,
     settings: Arc<ConnectionSettings>,
     slots: Arc<Semaphore>,
     connections: TaskTracker,

@@ -39,6 +39,7 @@ struct Shard {
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
     shard_capacity: usize,
+    max_entries: usize,
 }
 
 impl MemoryStore {
@@ -46,7 +47,13 @@ impl MemoryStore {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_capacity: max_entries.div_ceil(SHARDS).max(1),
+            max_entries,
         }
+    }
+
+    /// The bound it was made with.
+    pub fn max_entries(&self) -> usize {
+        self.max_entries
     }
 
     /// Checks every window and commits them all-or-nothing (see `groups_to_commit`).

@@ -45,6 +45,7 @@ pub struct TestGateway {
     /// The first `[[server.tls]]` listener, if any.
     pub tls_addr: Option<SocketAddr>,
     pub certificates: ratelimit_proxy::server::CertificateReloader,
+    pub reloader: ratelimit_proxy::server::Reloader,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ratelimit_proxy::ServeError>>,
 }
@@ -85,6 +86,7 @@ impl TestGateway {
         let addr = gateway.local_addrs()[0];
         let tls_addr = gateway.tls_addrs().first().copied();
         let certificates = gateway.certificate_reloader();
+        let reloader = gateway.reloader();
         let (tx, rx) = oneshot::channel();
         let task = tokio::spawn(gateway.serve(async move {
             let _ = rx.await;
@@ -93,6 +95,7 @@ impl TestGateway {
             addr,
             tls_addr,
             certificates,
+            reloader,
             shutdown: Some(tx),
             task,
         }
