@@ -10,6 +10,7 @@ pub mod echo;
 pub mod edge;
 pub mod ip_set;
 pub mod limit;
+pub mod metrics;
 pub mod proxy;
 pub mod request_id;
 pub mod respond;

@@ -154,7 +154,6 @@ fn sections_not_built_yet_are_refused_not_ignored() {
     for section in [
         "[store]\nbackend = \"redis\"",
         "[store]\nurl = \"redis://127.0.0.1:6379\"",
-        "[admin]\nlisten = \"127.0.0.1:9090\"",
         "[log]\nformat = \"json\"",
     ] {
         let lines = problems(&format!("{VALID}\n{section}\n"));
@@ -304,4 +303,13 @@ overrides = [{{ list = "partners", exempt = true, rate = "5/s" }}, {{ list = "pa
         );
     }
     assert!(all.contains(r#"unknown ip list "blockd""#), "{all}");
+}
+
+#[test]
+fn a_bad_admin_address_names_its_path() {
+    let lines = problems(&format!("{VALID}\n[admin]\nlisten = \"localhost\"\n"));
+    assert_eq!(
+        lines,
+        [r#"gw.toml: admin.listen: expected IP:port such as "127.0.0.1:9090", got "localhost""#]
+    );
 }

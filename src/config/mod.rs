@@ -2,6 +2,7 @@
 //! turns it into this typed `Config` or into every problem it found, each with its key path.
 //! Nothing downstream re-validates.
 
+mod document;
 mod duration;
 mod limits;
 mod network;
@@ -45,6 +46,10 @@ pub struct Config {
     pub warnings: Vec<String>,
     /// Files the config read besides itself (lists, plans, certificates), for reloads.
     pub files: Vec<std::path::PathBuf>,
+    /// `[admin] listen`: where /healthz, /readyz, /metrics and /config are served.
+    pub admin: Option<SocketAddr>,
+    /// What /config shows: the config as JSON with secrets redacted, its version and load time.
+    pub document: serde_json::Value,
     pub upstreams: Vec<UpstreamConfig>,
     pub routes: Vec<RouteConfig>,
 }
@@ -220,7 +225,9 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 /// Parses and validates config text; `source` names it in every message.
 pub fn parse_str(text: &str, source: &str) -> Result<Config, ConfigError> {
     let raw = parse_raw(text, source)?;
-    validate::validate(raw, source)
+    let mut config = validate::validate(raw, source)?;
+    config.document = document::describe(text, source);
+    Ok(config)
 }
 
 fn parse_raw(text: &str, source: &str) -> Result<raw::RawConfig, ConfigError> {

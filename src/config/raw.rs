@@ -18,7 +18,7 @@ pub struct RawConfig {
     /// Name → inline array of CIDRs, or `{ file = "..." }`; interpreted in `network`.
     pub ip_lists: Option<toml::Table>,
     pub edge: Option<RawEdge>,
-    pub admin: Option<toml::Value>,
+    pub admin: Option<RawAdmin>,
     pub store: Option<RawStore>,
     #[serde(default)]
     pub limits: Vec<RawLimit>,
@@ -148,6 +148,12 @@ pub struct RawStore {
     pub timeout: Option<toml::Value>,
     pub key_prefix: Option<toml::Value>,
     pub fallback_instances: Option<toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAdmin {
+    pub listen: String,
 }
 
 #[derive(Debug, Deserialize)]

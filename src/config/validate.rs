@@ -96,6 +96,22 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
     let client_ip = network::client_ip(raw.client_ip.as_ref(), &mut problems);
     let ip_lists = network::ip_lists(raw.ip_lists.as_ref(), base_dir, &mut problems);
     let edge = network::edge(raw.edge.as_ref(), &ip_lists, &mut problems);
+    let admin = raw
+        .admin
+        .as_ref()
+        .and_then(|a| match a.listen.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                problems.push(
+                    "admin.listen",
+                    format!(
+                        "expected IP:port such as \"127.0.0.1:9090\", got {:?}",
+                        a.listen
+                    ),
+                );
+                None
+            }
+        });
     let store = limits::store(raw.store.as_ref(), &mut problems);
     let response = limits::response(raw.response.as_ref(), &mut problems);
     let limit_rules = limits::limits(&raw.limits, &ip_lists, store.on_error, &mut problems);
@@ -149,6 +165,8 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
             plans,
             warnings: problems.1,
             files: problems.2,
+            admin,
+            document: serde_json::Value::Null,
             upstreams,
             routes,
         })
@@ -161,7 +179,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
 }
 
 fn reject_unbuilt_sections(raw: &RawConfig, problems: &mut Problems) {
-    let sections = [("admin", raw.admin.is_some()), ("log", raw.log.is_some())];
+    let sections = [("log", raw.log.is_some())];
     for (name, present) in sections {
         if present {
             problems.push(name, NOT_YET);

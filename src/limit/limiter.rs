@@ -34,6 +34,8 @@ pub enum LimitDecision {
         statuses: Vec<RateStatus>,
         /// Shadow limits that would have denied.
         shadow_denied: Vec<Arc<str>>,
+        /// The enforced limits that were checked (indices into `Limiter::rules`).
+        applied: Small<usize>,
     },
     Deny {
         limit: Arc<str>,
@@ -217,7 +219,10 @@ impl Limiter {
             .map(|(r, _, _)| self.rules[r.group].name.clone())
             .collect();
         shadow_denied.dedup();
+        let mut applied: Small<usize> = enforced.iter().map(|(r, _, _)| r.group).collect();
+        applied.dedup();
         LimitDecision::Allow {
+            applied,
             delay,
             statuses,
             shadow_denied,

@@ -71,8 +71,15 @@ pub fn admit(
             delay,
             statuses,
             shadow_denied,
+            applied,
         } => {
+            for &index in &applied {
+                runtime
+                    .metrics
+                    .count_limit(&runtime.limiter.rules[index].name, "allowed");
+            }
             for limit in shadow_denied {
+                runtime.metrics.count_limit(&limit, "shadow_denied");
                 tracing::info!(limit = &*limit, client_ip = %client.ip, route = %route.name, "shadow limit would have denied");
             }
             Admission::Admitted {
@@ -86,6 +93,7 @@ pub fn admit(
             retry_after,
             statuses,
         } => {
+            runtime.metrics.count_limit(&limit, "denied");
             let denial = Denial {
                 policy: &limit,
                 retry_after,
@@ -112,7 +120,9 @@ fn edge_refusal(
     request_id: &HeaderValue,
 ) -> Option<Response<ResponseBody>> {
     let edge = runtime.edge.as_ref()?;
-    match edge.check(client_ip, grouped, now) {
+    let verdict = edge.check(client_ip, grouped, now);
+    runtime.metrics.count_edge(&verdict);
+    match verdict {
         EdgeVerdict::Allow | EdgeVerdict::Exempt => None,
         EdgeVerdict::Forbidden { list } => {
             tracing::debug!(%client_ip, list, "refused: on a deny list");

@@ -21,6 +21,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ResponseStyle};
 use crate::edge::EdgeLayer;
 use crate::limit::limiter::Limiter;
+use crate::metrics::Metrics;
 use crate::request_id::{self, X_REQUEST_ID};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
@@ -39,23 +40,31 @@ pub struct Runtime {
     pub limiter: Limiter,
     pub response: ResponseStyle,
     pub clock: Arc<dyn Clock>,
+    /// Shared by every runtime of a gateway, across reloads.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Runtime {
-    pub fn new(config: &Config) -> Result<Runtime, rustls::Error> {
-        Runtime::build(config, Arc::new(SystemClock::new()), None)
+    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Runtime, rustls::Error> {
+        Runtime::build(config, Arc::new(SystemClock::new()), metrics, None)
     }
 
     /// The runtime of a reloaded config: it keeps the limit state of `previous` (limits whose
     /// rates changed get fresh identities), its edge buckets when `[edge]` is unchanged, and its
     /// clock.
     pub fn succeeding(config: &Config, previous: &Runtime) -> Result<Runtime, rustls::Error> {
-        Runtime::build(config, previous.clock.clone(), Some(previous))
+        Runtime::build(
+            config,
+            previous.clock.clone(),
+            previous.metrics.clone(),
+            Some(previous),
+        )
     }
 
     pub fn build(
         config: &Config,
         clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
         previous: Option<&Runtime>,
     ) -> Result<Runtime, rustls::Error> {
         let upstreams: Result<Vec<_>, _> = config
@@ -85,6 +94,7 @@ impl Runtime {
             ),
             response: config.response.clone(),
             clock,
+            metrics,
         })
     }
 
@@ -108,20 +118,28 @@ pub async fn handle(
     client: ClientConnection,
     request: Request<Incoming>,
 ) -> Response<ResponseBody> {
+    let started = std::time::Instant::now();
     let request_id = request_id::keep_or_mint(request.headers());
-    let mut response = match proxy(runtime, client, request, &request_id).await {
+    let mut route = None;
+    let mut response = match proxy(runtime, client, request, &request_id, &mut route).await {
         Ok(response) => response,
         Err(error) => respond::error_response(&error, &request_id),
     };
     response.headers_mut().insert(X_REQUEST_ID, request_id);
+    runtime.metrics.observe_request(
+        route.unwrap_or(""),
+        response.status().as_u16(),
+        started.elapsed(),
+    );
     response
 }
 
-async fn proxy(
-    runtime: &Runtime,
+async fn proxy<'r>(
+    runtime: &'r Runtime,
     client: ClientConnection,
     request: Request<Incoming>,
     request_id: &HeaderValue,
+    matched_route: &mut Option<&'r str>,
 ) -> Result<Response<ResponseBody>, GatewayError> {
     check_header_size(&request, runtime.max_header_bytes)?;
     let client_ip = runtime
@@ -136,6 +154,7 @@ async fn proxy(
             method: request.method().clone(),
             path: request.uri().path().to_string(),
         })?;
+    *matched_route = Some(&route.name);
     let (slot, statuses) = match admit::admit(runtime, route, &request, client_ip, request_id) {
         Admission::Refused(answer) => return Ok(answer),
         Admission::Admitted {

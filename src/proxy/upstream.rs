@@ -142,6 +142,11 @@ impl UpstreamPool {
         Some(passed)
     }
 
+    /// True when `server` may take traffic now (passes checks, not ejected).
+    pub fn is_available_now(&self, server: usize) -> bool {
+        self.is_available(server, self.now_ms())
+    }
+
     fn is_available(&self, server: usize, now_ms: u64) -> bool {
         let state = &self.servers[server];
         state.passes_checks.load(Ordering::Relaxed)

@@ -2,6 +2,7 @@
 //! `max_connections`, serve each connection, and on shutdown stop accepting and let in-flight
 //! requests finish within `shutdown_grace`.
 
+mod admin;
 mod connection;
 mod reload;
 
@@ -22,8 +23,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ServerConfig, TlsListenerConfig};
+use crate::metrics::Metrics;
 use crate::proxy::Runtime;
 use crate::tls::server::{CertResolver, acceptor};
+use admin::AdminState;
 use connection::ConnectionSettings;
 use reload::Generation;
 pub use reload::{ReloadError, Reloader, watch_files};
@@ -58,6 +61,7 @@ struct TlsEntry {
 /// A gateway whose listeners are bound, ready to serve.
 pub struct Gateway {
     config: Config,
+    admin: Option<TcpListener>,
     runtime: Arc<ArcSwap<Runtime>>,
     generation: Arc<Mutex<Generation>>,
     listeners: Vec<Listener>,
@@ -67,7 +71,12 @@ pub struct Gateway {
 impl Gateway {
     /// Builds the runtime and binds every listener of `config` (plain ones first).
     pub async fn bind(config: Config) -> Result<Gateway, ServeError> {
-        let runtime = Arc::new(ArcSwap::from_pointee(Runtime::new(&config)?));
+        let metrics = Arc::new(Metrics::new());
+        let runtime = Arc::new(ArcSwap::from_pointee(Runtime::new(&config, metrics)?));
+        let admin = match config.admin {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
         let mut listeners = Vec::new();
         for &addr in &config.server.listen {
             listeners.push(Listener {
@@ -89,6 +98,7 @@ impl Gateway {
         let generation = Arc::new(Mutex::new(generation));
         Ok(Gateway {
             config,
+            admin,
             runtime,
             generation,
             listeners,
@@ -99,6 +109,11 @@ impl Gateway {
     /// The bound plain addresses (with real ports when the config asked for port 0).
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
         self.addrs(false)
+    }
+
+    /// The admin listener's address, when `[admin]` is configured.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(|l| l.local_addr().ok())
     }
 
     /// The bound TLS addresses, in `[[server.tls]]` order.
@@ -145,6 +160,14 @@ impl Gateway {
             Err(_) => stop.child_token(),
         };
         self.runtime.load().start_background(&background);
+        if let Some(listener) = self.admin {
+            let state = AdminState {
+                runtime: self.runtime.clone(),
+                generation: self.generation.clone(),
+                metrics: self.runtime.load().metrics.clone(),
+            };
+            tokio::spawn(admin::serve(listener, state, stop.clone()));
+        }
         let settings = Arc::new(connection_settings(&self.config.server));
         let connections = TaskTracker::new();
         let slots = Arc::new(Semaphore::new(self.config.server.max_connections));

@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::CertificateReloader;
 use crate::config::{self, Config, ConfigError};
+use crate::metrics::ResultLabel;
 use crate::proxy::Runtime;
 
 /// Why a reload changed nothing.
@@ -45,6 +46,12 @@ impl Reloader {
     /// Reads, validates and swaps in the config; logs the outcome. On error nothing changes.
     pub fn reload(&self) -> Result<(), ReloadError> {
         let result = self.try_reload();
+        let outcome = if result.is_ok() { "success" } else { "failure" };
+        let metrics = self.runtime.load().metrics.clone();
+        metrics
+            .config_reloads
+            .get_or_create(&ResultLabel { result: outcome })
+            .inc();
         match &result {
             Ok(()) => tracing::info!(file = %self.path.display(), "config reloaded"),
             Err(error) => {

@@ -44,6 +44,7 @@ pub struct TestGateway {
     pub addr: SocketAddr,
     /// The first `[[server.tls]]` listener, if any.
     pub tls_addr: Option<SocketAddr>,
+    pub admin_addr: Option<SocketAddr>,
     pub certificates: ratelimit_proxy::server::CertificateReloader,
     pub reloader: ratelimit_proxy::server::Reloader,
     shutdown: Option<oneshot::Sender<()>>,
@@ -85,6 +86,7 @@ impl TestGateway {
         let gateway = ratelimit_proxy::Gateway::bind(config).await.expect("bind");
         let addr = gateway.local_addrs()[0];
         let tls_addr = gateway.tls_addrs().first().copied();
+        let admin_addr = gateway.admin_addr();
         let certificates = gateway.certificate_reloader();
         let reloader = gateway.reloader();
         let (tx, rx) = oneshot::channel();
@@ -94,6 +96,7 @@ impl TestGateway {
         TestGateway {
             addr,
             tls_addr,
+            admin_addr,
             certificates,
             reloader,
             shutdown: Some(tx),

@@ -1,0 +1,173 @@
+//! Metric names and registration (DESIGN.md §7), in Prometheus text on the admin listener.
+//! One `Metrics` lives as long as the gateway, across reloads; gauges that describe the current
+//! runtime (tracked IPs, upstream health) are refreshed when scraped.
+
+use prometheus_client::encoding::EncodeLabelSet;
+
+use crate::edge::EdgeVerdict;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteCode {
+    pub route: String,
+    pub code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitDecisionLabels {
+    pub limit: String,
+    pub decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabel {
+    pub decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamServerLabels {
+    pub upstream: String,
+    pub server: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs to ~13 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
+}
+
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RouteCode, Counter>,
+    pub request_duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
+    pub limit_decisions: Family<LimitDecisionLabels, Counter>,
+    pub edge_decisions: Family<DecisionLabel, Counter>,
+    pub edge_tracked_ips: Gauge,
+    pub upstream_healthy: Family<UpstreamServerLabels, Gauge>,
+    pub config_reloads: Family<ResultLabel, Counter>,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::default();
+        let requests = Family::<RouteCode, Counter>::default();
+        let request_duration =
+            Family::<RouteLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram as fn() -> Histogram,
+            );
+        let limit_decisions = Family::<LimitDecisionLabels, Counter>::default();
+        let edge_decisions = Family::<DecisionLabel, Counter>::default();
+        let edge_tracked_ips = Gauge::default();
+        let upstream_healthy = Family::<UpstreamServerLabels, Gauge>::default();
+        let config_reloads = Family::<ResultLabel, Counter>::default();
+        registry.register(
+            "rlp_requests",
+            "Requests answered, by route and status",
+            requests.clone(),
+        );
+        registry.register(
+            "rlp_request_duration_seconds",
+            "Time to the response head, by route",
+            request_duration.clone(),
+        );
+        registry.register(
+            "rlp_limit_decisions",
+            "Limit decisions by limit and decision",
+            limit_decisions.clone(),
+        );
+        registry.register(
+            "rlp_edge_decisions",
+            "Edge layer decisions",
+            edge_decisions.clone(),
+        );
+        registry.register(
+            "rlp_edge_tracked_ips",
+            "Client IPs with a bucket in memory",
+            edge_tracked_ips.clone(),
+        );
+        registry.register(
+            "rlp_upstream_healthy",
+            "1 when an upstream server may take traffic",
+            upstream_healthy.clone(),
+        );
+        registry.register(
+            "rlp_config_reloads",
+            "Config reloads by result",
+            config_reloads.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            request_duration,
+            limit_decisions,
+            edge_decisions,
+            edge_tracked_ips,
+            upstream_healthy,
+            config_reloads,
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut text = String::new();
+        if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
+            text.clear();
+        }
+        text
+    }
+
+    pub fn observe_request(&self, route: &str, code: u16, took: std::time::Duration) {
+        self.requests
+            .get_or_create(&RouteCode {
+                route: route.to_string(),
+                code,
+            })
+            .inc();
+        let route = RouteLabel {
+            route: route.to_string(),
+        };
+        self.request_duration
+            .get_or_create(&route)
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn count_edge(&self, verdict: &EdgeVerdict) {
+        let decision = match verdict {
+            EdgeVerdict::Allow => "allowed",
+            EdgeVerdict::Exempt => "exempt",
+            EdgeVerdict::Forbidden { .. } => "forbidden",
+            EdgeVerdict::Limited { .. } => "denied",
+        };
+        self.edge_decisions
+            .get_or_create(&DecisionLabel { decision })
+            .inc();
+    }
+
+    pub fn count_limit(&self, limit: &str, decision: &'static str) {
+        self.limit_decisions
+            .get_or_create(&LimitDecisionLabels {
+                limit: limit.to_string(),
+                decision,
+            })
+            .inc();
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}

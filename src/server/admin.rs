@@ -1,0 +1,109 @@
+//! The admin listener (loopback by default, never the proxy listeners): `/healthz` (process
+//! alive), `/readyz` (serving; the memory store cannot be unreachable), `/metrics` (Prometheus
+//! text) and `/config` (the effective config as JSON, secrets redacted, with its version and
+//! load time).
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::reload::Generation;
+use crate::metrics::{Metrics, UpstreamServerLabels};
+use crate::proxy::Runtime;
+
+#[derive(Clone)]
+pub(super) struct AdminState {
+    pub runtime: Arc<ArcSwap<Runtime>>,
+    pub generation: Arc<Mutex<Generation>>,
+    pub metrics: Arc<Metrics>,
+}
+
+pub(super) async fn serve(listener: TcpListener, state: AdminState, stop: CancellationToken) {
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "admin accept failed");
+                    continue;
+                }
+            },
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let answer = answer(&state, &request);
+                async move { Ok::<_, Infallible>(answer) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    match request.uri().path() {
+        "/healthz" | "/readyz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/metrics" => {
+            refresh_gauges(state);
+            text(
+                StatusCode::OK,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                state.metrics.encode(),
+            )
+        }
+        "/config" => {
+            let body = match state.generation.lock() {
+                Ok(generation) => generation.config.document.to_string(),
+                Err(_) => "{}".into(),
+            };
+            text(StatusCode::OK, "application/json", body)
+        }
+        _ => text(
+            StatusCode::NOT_FOUND,
+            "text/plain",
+            "not found: /healthz /readyz /metrics /config\n".into(),
+        ),
+    }
+}
+
+/// Gauges that describe the runtime in force are read when scraped.
+fn refresh_gauges(state: &AdminState) {
+    let runtime = state.runtime.load();
+    let tracked = runtime.edge.as_ref().map_or(0, |edge| edge.tracked());
+    state.metrics.edge_tracked_ips.set(tracked as i64);
+    for pool in &runtime.upstreams {
+        for (index, server) in pool.servers.iter().enumerate() {
+            let labels = UpstreamServerLabels {
+                upstream: pool.name.clone(),
+                server: server.label.clone(),
+            };
+            state
+                .metrics
+                .upstream_healthy
+                .get_or_create(&labels)
+                .set(i64::from(pool.is_available_now(index)));
+        }
+    }
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    response
+}

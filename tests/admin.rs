@@ -1,0 +1,165 @@
+//! The admin listener end to end: health, readiness, metrics that count exactly what was sent,
+//! the redacted config, and that none of it is reachable through the proxy listener.
+
+mod common;
+
+use common::*;
+use http::StatusCode;
+
+fn config(upstream: &TestUpstream) -> String {
+    format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+[edge]
+rate = "1000/s"
+[store]
+hash_secret = "do-not-show-me"
+[[limits]]
+name = "per-ip"
+key = ["ip"]
+rates = [{{ limit = 3, per = "1h" }}]
+[[upstreams]]
+name = "api"
+servers = ["{}"]
+[[routes]]
+name = "default"
+path_prefix = "/app"
+upstream = "api"
+limits = ["per-ip"]
+"#,
+        upstream.url()
+    )
+}
+
+/// The value of the metric line that starts with `series` (name and labels), or 0.
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(series)
+                .map(|value| value.trim().parse().unwrap())
+        })
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn metrics_count_exactly_the_requests_sent_per_decision() {
+    let upstream = TestUpstream::ok("ok").await;
+    let (gateway, _) = TestGateway::start_in_dir("admin-metrics", &[], &config(&upstream)).await;
+    let admin = format!("http://{}", gateway.admin_addr.unwrap());
+    let statuses: Vec<StatusCode> = {
+        let mut statuses = Vec::new();
+        for _ in 0..5 {
+            statuses.push(get(&gateway.url("/app")).await.0.status());
+        }
+        statuses
+    };
+    assert_eq!(statuses.iter().filter(|s| **s == StatusCode::OK).count(), 3);
+    assert_eq!(
+        get(&gateway.url("/elsewhere")).await.0.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    let (response, body) = get(&format!("{admin}/metrics")).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    assert_eq!(
+        metric(&text, r#"rlp_requests_total{route="default",code="200"}"#),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, r#"rlp_requests_total{route="default",code="429"}"#),
+        2.0
+    );
+    assert_eq!(
+        metric(&text, r#"rlp_requests_total{route="",code="404"}"#),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"rlp_limit_decisions_total{limit="per-ip",decision="allowed"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"rlp_limit_decisions_total{limit="per-ip",decision="denied"}"#
+        ),
+        2.0
+    );
+    assert_eq!(
+        metric(&text, r#"rlp_edge_decisions_total{decision="allowed"}"#),
+        5.0
+    );
+    assert_eq!(metric(&text, "rlp_edge_tracked_ips"), 1.0);
+    let healthy = format!(
+        r#"rlp_upstream_healthy{{upstream="api",server="{}"}}"#,
+        upstream.url()
+    );
+    assert_eq!(metric(&text, &healthy), 1.0);
+    assert_eq!(
+        metric(
+            &text,
+            r#"rlp_request_duration_seconds_count{route="default"}"#
+        ),
+        5.0
+    );
+}
+
+#[tokio::test]
+async fn health_readiness_config_and_reload_counts() {
+    let upstream = TestUpstream::ok("ok").await;
+    let (gateway, path) = TestGateway::start_in_dir("admin-config", &[], &config(&upstream)).await;
+    let admin = format!("http://{}", gateway.admin_addr.unwrap());
+    for probe in ["/healthz", "/readyz"] {
+        let (response, body) = get(&format!("{admin}{probe}")).await;
+        assert_eq!(
+            (response.status(), &body[..]),
+            (StatusCode::OK, &b"ok\n"[..])
+        );
+    }
+    let (response, body) = get(&format!("{admin}/config")).await;
+    assert_eq!(response.headers()["content-type"], "application/json");
+    let document: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(document["config"]["store"]["hash_secret"], "<redacted>");
+    assert!(!String::from_utf8_lossy(&body).contains("do-not-show-me"));
+    assert_eq!(document["config"]["limits"][0]["name"], "per-ip");
+    assert_eq!(document["version"].as_str().unwrap().len(), 16);
+    assert!(document["loaded_at"].as_u64().unwrap() > 1_700_000_000);
+    assert_eq!(
+        get(&format!("{admin}/nope")).await.0.status(),
+        StatusCode::NOT_FOUND
+    );
+
+    gateway.reloader.reload().unwrap();
+    std::fs::write(&path, "not = [valid").unwrap();
+    assert!(gateway.reloader.reload().is_err());
+    let text = String::from_utf8(get(&format!("{admin}/metrics")).await.1.to_vec()).unwrap();
+    assert_eq!(
+        metric(&text, r#"rlp_config_reloads_total{result="success"}"#),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, r#"rlp_config_reloads_total{result="failure"}"#),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn admin_paths_are_not_served_on_the_proxy_listener() {
+    let upstream = TestUpstream::ok("from upstream").await;
+    let text = config(&upstream).replace("path_prefix = \"/app\"", "path_prefix = \"/\"");
+    let (gateway, _) = TestGateway::start_in_dir("admin-separate", &[], &text).await;
+    for path in ["/metrics", "/healthz", "/config"] {
+        let (response, body) = get(&gateway.url(path)).await;
+        assert_eq!(
+            (response.status(), &body[..]),
+            (StatusCode::OK, &b"from upstream"[..]),
+            "{path}"
+        );
+    }
+}
