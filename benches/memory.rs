@@ -19,6 +19,7 @@ fn store_bytes_per_identity(identities: u64, windows: u64) -> f64 {
         let requests: Vec<WindowRequest> = (0..windows)
             .map(|w| WindowRequest {
                 identity: identity ^ u128::from(w),
+                limit_identity: 0,
                 algorithm: Algorithm::TokenBucket,
                 rate: Rate {
                     limit: 100,

@@ -5,6 +5,7 @@
 use prometheus_client::encoding::EncodeLabelSet;
 
 use crate::edge::EdgeVerdict;
+use crate::limit::heavy_hitters::HeavyHitters;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -58,6 +59,8 @@ pub struct Metrics {
     pub edge_tracked_ips: Gauge,
     pub upstream_healthy: Family<UpstreamServerLabels, Gauge>,
     pub config_reloads: Family<ResultLabel, Counter>,
+    /// The most-denied identities, for /debug/limited.
+    pub limited: HeavyHitters,
 }
 
 impl Metrics {
@@ -117,6 +120,7 @@ impl Metrics {
             edge_tracked_ips,
             upstream_healthy,
             config_reloads,
+            limited: HeavyHitters::default(),
         }
     }
 

@@ -163,3 +163,52 @@ async fn admin_paths_are_not_served_on_the_proxy_listener() {
         );
     }
 }
+
+#[tokio::test]
+async fn debug_limited_lists_the_abusive_identity_first_hashed() {
+    let upstream = TestUpstream::ok("ok").await;
+    let text = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n[store]\nhash_secret = \"s\"\n[[limits]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nrates = [{{ limit = 1, per = \"1h\" }}]\n{}",
+        one_route_config(&[upstream.url()], "").replace(
+            "upstream = \"api\"\n",
+            "upstream = \"api\"\nlimits = [\"per-key\"]\n"
+        )
+    );
+    let (gateway, _) = TestGateway::start_in_dir("admin-limited", &[], &text).await;
+    let call = |key: &'static str| {
+        let request = http::Request::get(gateway.url("/"))
+            .header("x-api-key", key)
+            .body(empty())
+            .unwrap();
+        send(request)
+    };
+    for _ in 0..10 {
+        call("abuser-secret-key").await;
+    }
+    for _ in 0..2 {
+        call("meek-key").await;
+    }
+    let (response, body) = get(&format!(
+        "http://{}/debug/limited",
+        gateway.admin_addr.unwrap()
+    ))
+    .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    assert!(
+        !text.contains("abuser-secret-key") && !text.contains("meek-key"),
+        "{text}"
+    );
+    let top: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    assert_eq!(top.len(), 2, "{text}");
+    assert_eq!(
+        (top[0]["limit"].as_str(), top[0]["denied"].as_u64()),
+        (Some("per-key"), Some(9))
+    );
+    assert_eq!(top[1]["denied"], 1);
+    let identity = top[0]["identity"].as_str().unwrap();
+    assert!(
+        identity.len() == 32 && identity.chars().all(|c| c.is_ascii_hexdigit()),
+        "{identity}"
+    );
+}

@@ -39,6 +39,8 @@ pub enum LimitDecision {
     },
     Deny {
         limit: Arc<str>,
+        /// The hashed identity that was denied (never the raw key).
+        identity: u128,
         retry_after: Duration,
         /// The window that holds the request back longest first, then the others.
         statuses: Vec<RateStatus>,
@@ -115,6 +117,7 @@ impl Limiter {
             for (w, window) in windows.iter().enumerate() {
                 requests.push(WindowRequest {
                     identity: window_identity(identity, w),
+                    limit_identity: identity,
                     algorithm: rule.algorithm,
                     rate: window.rate,
                     cost: route.cost,
@@ -200,6 +203,7 @@ impl Limiter {
             let limit = self.rules[enforced[i].0.group].name.clone();
             return LimitDecision::Deny {
                 limit,
+                identity: enforced[i].0.limit_identity,
                 retry_after,
                 statuses,
             };

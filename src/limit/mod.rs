@@ -4,6 +4,7 @@
 
 pub mod fixed_window;
 pub mod gcra;
+pub mod heavy_hitters;
 pub mod key;
 pub mod limiter;
 pub mod rules;

@@ -90,10 +90,12 @@ pub fn admit(
         }
         LimitDecision::Deny {
             limit,
+            identity,
             retry_after,
             statuses,
         } => {
             runtime.metrics.count_limit(&limit, "denied");
+            runtime.metrics.limited.record(&limit, identity, now);
             let denial = Denial {
                 policy: &limit,
                 retry_after,

@@ -63,6 +63,20 @@ fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Byte
                 state.metrics.encode(),
             )
         }
+        "/debug/limited" => {
+            let top: Vec<serde_json::Value> = state
+                .metrics
+                .limited
+                .top()
+                .iter()
+                .map(|h| serde_json::json!({ "limit": &*h.limit, "identity": format!("{:032x}", h.identity), "denied": h.denied }))
+                .collect();
+            text(
+                StatusCode::OK,
+                "application/json",
+                serde_json::Value::Array(top).to_string(),
+            )
+        }
         "/config" => {
             let body = match state.generation.lock() {
                 Ok(generation) => generation.config.document.to_string(),
@@ -73,7 +87,7 @@ fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Byte
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: /healthz /readyz /metrics /config\n".into(),
+            "not found: /healthz /readyz /metrics /config /debug/limited\n".into(),
         ),
     }
 }

@@ -18,6 +18,8 @@ pub type Small<T> = SmallVec<[T; 8]>;
 #[derive(Debug, Clone)]
 pub struct WindowRequest {
     pub identity: Identity,
+    /// The identity of the whole limit (all its windows), as reported for denials.
+    pub limit_identity: Identity,
     pub algorithm: Algorithm,
     pub rate: Rate,
     pub cost: u64,

@@ -15,6 +15,7 @@ fn window(
 ) -> WindowRequest {
     WindowRequest {
         identity,
+        limit_identity: identity,
         algorithm,
         rate: Rate {
             limit,
