@@ -10,11 +10,13 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
+use crate::metrics::InFlightGauge;
 use crate::route::InFlightSlot;
 
 pub struct ResponseBody {
     inner: Either<Incoming, Full<Bytes>>,
     _slot: Option<InFlightSlot>,
+    _counted: Option<InFlightGauge>,
 }
 
 impl ResponseBody {
@@ -22,6 +24,7 @@ impl ResponseBody {
         ResponseBody {
             inner: Either::Left(body),
             _slot: None,
+            _counted: None,
         }
     }
 
@@ -29,12 +32,14 @@ impl ResponseBody {
         ResponseBody {
             inner: Either::Right(Full::new(bytes)),
             _slot: None,
+            _counted: None,
         }
     }
 
-    /// Keeps `slot` taken until this body is done.
-    pub fn holding(mut self, slot: Option<InFlightSlot>) -> ResponseBody {
+    /// Keeps `slot` taken and the request counted in flight until this body is done.
+    pub fn holding(mut self, slot: Option<InFlightSlot>, counted: InFlightGauge) -> ResponseBody {
         self._slot = slot;
+        self._counted = Some(counted);
         self
     }
 }

@@ -38,7 +38,6 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
     let result = match cli.command {
         Some(Command::Check) => check(cli.config),
         command => run_async(command, cli.config),
@@ -52,12 +51,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+/// Logs go to stderr, as text or one JSON object a line (`[log] format`); RUST_LOG filters.
+fn init_logging(json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }
 
 fn check(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
@@ -107,6 +111,7 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
+    init_logging(config.log.json);
     let gateway = ratelimit_proxy::Gateway::bind(config).await?;
     let reloader = gateway.reloader();
     tokio::spawn(reload_on_sighup(reloader.clone()));
@@ -122,6 +127,7 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
 }
 
 async fn demo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
+    init_logging(false);
     let upstream = ratelimit_proxy::echo::spawn("127.0.0.1:0".parse()?)
         .await
         .context("cannot start the echo upstream")?;
@@ -146,6 +152,7 @@ async fn demo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
 }
 
 async fn echo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
+    init_logging(false);
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;

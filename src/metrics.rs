@@ -40,6 +40,28 @@ pub struct ResultLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamCode {
+    pub upstream: String,
+    pub code: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UpstreamLabel {
+    pub upstream: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendLabel {
+    pub backend: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackendKind {
+    pub backend: &'static str,
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamServerLabels {
     pub upstream: String,
     pub server: String,
@@ -59,8 +81,23 @@ pub struct Metrics {
     pub edge_tracked_ips: Gauge,
     pub upstream_healthy: Family<UpstreamServerLabels, Gauge>,
     pub config_reloads: Family<ResultLabel, Counter>,
+    pub upstream_requests: Family<UpstreamCode, Counter>,
+    pub upstream_duration: Family<UpstreamLabel, Histogram, fn() -> Histogram>,
+    pub in_flight: Family<RouteLabel, Gauge>,
+    pub store_duration: Family<BackendLabel, Histogram, fn() -> Histogram>,
+    pub store_errors: Family<BackendKind, Counter>,
+    pub store_breaker_open: Gauge,
     /// The most-denied identities, for /debug/limited.
     pub limited: HeavyHitters,
+}
+
+/// Counts a request in `rlp_in_flight` until dropped (with the response body).
+pub struct InFlightGauge(Gauge);
+
+impl Drop for InFlightGauge {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl Metrics {
@@ -111,6 +148,48 @@ impl Metrics {
             "Config reloads by result",
             config_reloads.clone(),
         );
+        let upstream_requests = Family::<UpstreamCode, Counter>::default();
+        let upstream_duration =
+            Family::<UpstreamLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram as fn() -> Histogram,
+            );
+        let in_flight = Family::<RouteLabel, Gauge>::default();
+        let store_duration =
+            Family::<BackendLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram as fn() -> Histogram,
+            );
+        let store_errors = Family::<BackendKind, Counter>::default();
+        let store_breaker_open = Gauge::default();
+        registry.register(
+            "rlp_upstream_requests",
+            "Upstream answers by upstream and status",
+            upstream_requests.clone(),
+        );
+        registry.register(
+            "rlp_upstream_duration_seconds",
+            "Time to the upstream response head",
+            upstream_duration.clone(),
+        );
+        registry.register(
+            "rlp_in_flight",
+            "Requests being answered, by route",
+            in_flight.clone(),
+        );
+        registry.register(
+            "rlp_store_duration_seconds",
+            "Time to decide a request's limits",
+            store_duration.clone(),
+        );
+        registry.register(
+            "rlp_store_errors",
+            "Limit store failures by backend and kind",
+            store_errors.clone(),
+        );
+        registry.register(
+            "rlp_store_breaker_open",
+            "1 while the store circuit breaker is open",
+            store_breaker_open.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -120,6 +199,12 @@ impl Metrics {
             edge_tracked_ips,
             upstream_healthy,
             config_reloads,
+            upstream_requests,
+            upstream_duration,
+            in_flight,
+            store_duration,
+            store_errors,
+            store_breaker_open,
             limited: HeavyHitters::default(),
         }
     }
@@ -145,6 +230,33 @@ impl Metrics {
         };
         self.request_duration
             .get_or_create(&route)
+            .observe(took.as_secs_f64());
+    }
+
+    /// Takes an in-flight count for `route`, released when the guard is dropped.
+    pub fn enter_route(&self, route: &str) -> InFlightGauge {
+        let gauge = self
+            .in_flight
+            .get_or_create(&RouteLabel {
+                route: route.to_string(),
+            })
+            .clone();
+        gauge.inc();
+        InFlightGauge(gauge)
+    }
+
+    pub fn observe_upstream(&self, upstream: &str, code: u16, took: std::time::Duration) {
+        self.upstream_requests
+            .get_or_create(&UpstreamCode {
+                upstream: upstream.to_string(),
+                code,
+            })
+            .inc();
+        let label = UpstreamLabel {
+            upstream: upstream.to_string(),
+        };
+        self.upstream_duration
+            .get_or_create(&label)
             .observe(took.as_secs_f64());
     }
 

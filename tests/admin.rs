@@ -107,6 +107,37 @@ async fn metrics_count_exactly_the_requests_sent_per_decision() {
         ),
         5.0
     );
+    assert_eq!(
+        metric(
+            &text,
+            r#"rlp_upstream_requests_total{upstream="api",code="200"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"rlp_upstream_duration_seconds_count{upstream="api"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        metric(&text, r#"rlp_in_flight{route="default"}"#),
+        0.0,
+        "in-flight must return to zero"
+    );
+    assert!(text.contains(r#"rlp_in_flight{route="default"}"#), "{text}");
+    assert_eq!(
+        metric(
+            &text,
+            r#"rlp_store_duration_seconds_count{backend="memory"}"#
+        ),
+        5.0
+    );
+    assert!(
+        text.lines().any(|l| l == "rlp_store_breaker_open 0"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -150,11 +150,10 @@ methods = ["G E T"]
 }
 
 #[test]
-fn sections_not_built_yet_are_refused_not_ignored() {
+fn keys_of_backends_not_built_yet_are_refused_not_ignored() {
     for section in [
         "[store]\nbackend = \"redis\"",
         "[store]\nurl = \"redis://127.0.0.1:6379\"",
-        "[log]\nformat = \"json\"",
     ] {
         let lines = problems(&format!("{VALID}\n{section}\n"));
         assert!(
@@ -162,6 +161,15 @@ fn sections_not_built_yet_are_refused_not_ignored() {
             "{section}: {lines:?}"
         );
     }
+}
+
+#[test]
+fn a_bad_log_format_names_its_path() {
+    let lines = problems(&format!("{VALID}\n[log]\nformat = \"xml\"\n"));
+    assert_eq!(
+        lines,
+        [r#"gw.toml: log.format: expected "text" or "json", got "xml""#]
+    );
 }
 
 #[test]

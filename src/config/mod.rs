@@ -48,6 +48,7 @@ pub struct Config {
     pub files: Vec<std::path::PathBuf>,
     /// `[admin] listen`: where /healthz, /readyz, /metrics and /config are served.
     pub admin: Option<SocketAddr>,
+    pub log: LogConfig,
     /// What /config shows: the config as JSON with secrets redacted, its version and load time.
     pub document: serde_json::Value,
     pub upstreams: Vec<UpstreamConfig>,
@@ -123,6 +124,13 @@ pub struct RouteConfig {
     pub cost: u64,
     /// Concurrency cap: beyond it, 503 with Retry-After.
     pub max_in_flight: Option<usize>,
+}
+
+/// `[log]`: JSON or text lines, and whether to write one access line per request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogConfig {
+    pub json: bool,
+    pub access: bool,
 }
 
 /// `[store]`: where limit state lives.

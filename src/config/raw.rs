@@ -24,7 +24,7 @@ pub struct RawConfig {
     pub limits: Vec<RawLimit>,
     pub plans: Option<RawPlans>,
     pub response: Option<RawResponse>,
-    pub log: Option<toml::Value>,
+    pub log: Option<RawLog>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -148,6 +148,13 @@ pub struct RawStore {
     pub timeout: Option<toml::Value>,
     pub key_prefix: Option<toml::Value>,
     pub fallback_instances: Option<toml::Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    pub format: Option<String>,
+    pub access: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,13 +10,10 @@ use http::uri::{Scheme, Uri};
 
 use super::raw::{RawConfig, RawHealthCheck, RawRoute, RawServer, RawUpstream};
 use super::{
-    Balance, Config, ConfigError, HealthCheck, Problem, RouteConfig, ServerConfig, UpstreamConfig,
-    UpstreamServer, parse_duration,
+    Balance, Config, ConfigError, HealthCheck, LogConfig, Problem, RouteConfig, ServerConfig,
+    UpstreamConfig, UpstreamServer, parse_duration,
 };
 use super::{limits, network, tls};
-
-/// Sections of DESIGN.md §3 that this build does not implement yet.
-const NOT_YET: &str = "not supported yet in this version of ratelimit-proxy; remove the section";
 
 #[derive(Default)]
 pub(super) struct Problems(Vec<Problem>, Vec<String>, Vec<std::path::PathBuf>);
@@ -89,7 +86,6 @@ impl Problems {
 
 pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigError> {
     let mut problems = Problems::default();
-    reject_unbuilt_sections(&raw, &mut problems);
     let base_dir = Path::new(source).parent().unwrap_or(Path::new("."));
     let mut server = server(&raw.server, &mut problems);
     server.tls = tls::listeners(&raw.server.tls, base_dir, &mut problems);
@@ -112,6 +108,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
                 None
             }
         });
+    let log = log_config(raw.log.as_ref(), &mut problems);
     let store = limits::store(raw.store.as_ref(), &mut problems);
     let response = limits::response(raw.response.as_ref(), &mut problems);
     let limit_rules = limits::limits(&raw.limits, &ip_lists, store.on_error, &mut problems);
@@ -166,6 +163,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
             warnings: problems.1,
             files: problems.2,
             admin,
+            log,
             document: serde_json::Value::Null,
             upstreams,
             routes,
@@ -178,12 +176,24 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
     }
 }
 
-fn reject_unbuilt_sections(raw: &RawConfig, problems: &mut Problems) {
-    let sections = [("log", raw.log.is_some())];
-    for (name, present) in sections {
-        if present {
-            problems.push(name, NOT_YET);
+fn log_config(raw: Option<&super::raw::RawLog>, problems: &mut Problems) -> LogConfig {
+    let Some(raw) = raw else {
+        return LogConfig::default();
+    };
+    let json = match raw.format.as_deref() {
+        None | Some("text") => false,
+        Some("json") => true,
+        Some(other) => {
+            problems.push(
+                "log.format",
+                format!("expected \"text\" or \"json\", got {other:?}"),
+            );
+            false
         }
+    };
+    LogConfig {
+        json,
+        access: raw.access.unwrap_or(false),
     }
 }
 

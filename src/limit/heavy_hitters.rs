@@ -102,7 +102,8 @@ mod tests {
         hitters.record(&limit, 2, PERIOD_NS);
         assert_eq!(hitters.top().len(), 2);
         hitters.record(&limit, 3, 2 * PERIOD_NS);
-        let identities: Vec<u128> = hitters.top().iter().map(|h| h.identity).collect();
+        let mut identities: Vec<u128> = hitters.top().iter().map(|h| h.identity).collect();
+        identities.sort_unstable();
         assert_eq!(identities, [2, 3]);
     }
 }

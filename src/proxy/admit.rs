@@ -3,6 +3,7 @@
 //! `respond`; an admitted request carries its slot, its rate statuses and any delay.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderValue, Request, Response};
@@ -19,7 +20,11 @@ use crate::respond::{self, Denial, ResponseBody};
 use crate::route::{InFlightSlot, Route};
 
 pub enum Admission {
-    Refused(Response<ResponseBody>),
+    Refused {
+        answer: Response<ResponseBody>,
+        /// `edge` or the limit that refused, for the access log.
+        by: Option<Arc<str>>,
+    },
     Admitted {
         slot: Option<InFlightSlot>,
         /// For the rate-limit headers of the response: the most restrictive window first.
@@ -40,10 +45,16 @@ pub fn admit(
     // One clock read per request, shared by every layer.
     let now = runtime.clock.now();
     if let Some(refusal) = edge_refusal(runtime, client.ip, grouped, now, request_id) {
-        return Admission::Refused(refusal);
+        return Admission::Refused {
+            answer: refusal,
+            by: Some(Arc::from("edge")),
+        };
     }
     let Ok(slot) = route.enter() else {
-        return Admission::Refused(respond::too_busy(&route.name, request_id));
+        return Admission::Refused {
+            answer: respond::too_busy(&route.name, request_id),
+            by: None,
+        };
     };
     let facts = RequestFacts {
         client_ip: grouped,
@@ -58,10 +69,17 @@ pub fn admit(
         query: request.uri().query(),
         headers: request.headers(),
     };
-    match runtime
+    let deciding = std::time::Instant::now();
+    let decision = runtime
         .limiter
-        .evaluate(&route.limits, &facts, client.ip, now)
-    {
+        .evaluate(&route.limits, &facts, client.ip, now);
+    let backend = crate::metrics::BackendLabel { backend: "memory" };
+    runtime
+        .metrics
+        .store_duration
+        .get_or_create(&backend)
+        .observe(deciding.elapsed().as_secs_f64());
+    match decision {
         LimitDecision::NotLimited => Admission::Admitted {
             slot,
             statuses: Vec::new(),
@@ -101,14 +119,18 @@ pub fn admit(
                 retry_after,
                 statuses: &statuses,
             };
-            Admission::Refused(respond::rate_limited(
-                &denial,
-                &runtime.response,
-                request_id,
-            ))
+            let answer = respond::rate_limited(&denial, &runtime.response, request_id);
+            Admission::Refused {
+                answer,
+                by: Some(limit),
+            }
         }
         LimitDecision::MissingKey { limit, part } => {
-            Admission::Refused(respond::missing_key(&limit, &part, request_id))
+            let answer = respond::missing_key(&limit, &part, request_id);
+            Admission::Refused {
+                answer,
+                by: Some(limit),
+            }
         }
     }
 }

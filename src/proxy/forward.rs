@@ -16,10 +16,12 @@ use super::upstream::{UpstreamBody, UpstreamPool};
 use crate::respond::{GatewayError, ResponseBody};
 
 /// Forwards `request` to a server of `pool`.
-pub async fn forward(
-    pool: &UpstreamPool,
+/// `served_by` is set to the server that was tried last, for the access log.
+pub async fn forward<'r>(
+    pool: &'r UpstreamPool,
     mut request: Request<Incoming>,
     forwarded: &Forwarded<'_>,
+    served_by: &mut Option<&'r str>,
 ) -> Result<Response<ResponseBody>, GatewayError> {
     let upgrade = headers::wants_upgrade(request.headers()).then(|| {
         let protocol = request.headers().get(UPGRADE).cloned();
@@ -39,6 +41,7 @@ pub async fn forward(
     let retry_headers = (retryable && pool.servers.len() > 1).then(|| parts.headers.clone());
 
     let first = pool.pick(None).ok_or_else(|| no_healthy_server(pool))?;
+    *served_by = Some(&pool.servers[first].label);
     let first_attempt = send(
         pool,
         first,
@@ -53,6 +56,7 @@ pub async fn forward(
             let (Some(headers), Some(second)) = (retry_headers, pool.pick(Some(first))) else {
                 return Err(error);
             };
+            *served_by = Some(&pool.servers[second].label);
             tracing::debug!(upstream = %pool.name, error = %error, "retrying on another server");
             send(
                 pool,

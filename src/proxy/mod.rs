@@ -8,7 +8,7 @@ pub mod headers;
 mod health;
 pub mod upstream;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::HOST;
@@ -39,6 +39,8 @@ pub struct Runtime {
     pub edge: Option<EdgeLayer>,
     pub limiter: Limiter,
     pub response: ResponseStyle,
+    /// `[log] access`: one line per request.
+    pub access_log: bool,
     pub clock: Arc<dyn Clock>,
     /// Shared by every runtime of a gateway, across reloads.
     pub metrics: Arc<Metrics>,
@@ -93,6 +95,7 @@ impl Runtime {
                 store,
             ),
             response: config.response.clone(),
+            access_log: config.log.access,
             clock,
             metrics,
         })
@@ -112,6 +115,18 @@ pub struct ClientConnection {
     pub proto: &'static str,
 }
 
+/// What the access log and the metrics learn about a request along the pipeline.
+#[derive(Default)]
+struct RequestLog<'r> {
+    route: Option<&'r str>,
+    client_ip: Option<IpAddr>,
+    upstream: Option<&'r str>,
+    /// `edge` or the limit that refused the request.
+    refused_by: Option<Arc<str>>,
+    /// What is left of the most restrictive window after an admitted request.
+    remaining: Option<u64>,
+}
+
 /// Answers one request. Never fails: errors become problem+json answers here.
 pub async fn handle(
     runtime: &Runtime,
@@ -120,17 +135,36 @@ pub async fn handle(
 ) -> Response<ResponseBody> {
     let started = std::time::Instant::now();
     let request_id = request_id::keep_or_mint(request.headers());
-    let mut route = None;
-    let mut response = match proxy(runtime, client, request, &request_id, &mut route).await {
+    // Only the path is logged: query strings may carry API keys.
+    let access = runtime
+        .access_log
+        .then(|| (request.method().clone(), request.uri().path().to_owned()));
+    let mut log = RequestLog::default();
+    let mut response = match proxy(runtime, client, request, &request_id, &mut log).await {
         Ok(response) => response,
         Err(error) => respond::error_response(&error, &request_id),
     };
+    let status = response.status().as_u16();
+    runtime
+        .metrics
+        .observe_request(log.route.unwrap_or(""), status, started.elapsed());
+    if let Some((method, path)) = access {
+        tracing::info!(
+            target: "access",
+            request_id = request_id.to_str().unwrap_or_default(),
+            client_ip = %log.client_ip.unwrap_or(client.peer.ip()),
+            %method,
+            path,
+            route = log.route.unwrap_or(""),
+            status,
+            upstream = log.upstream.unwrap_or(""),
+            duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+            refused_by = log.refused_by.as_deref().unwrap_or(""),
+            remaining = log.remaining,
+            "access"
+        );
+    }
     response.headers_mut().insert(X_REQUEST_ID, request_id);
-    runtime.metrics.observe_request(
-        route.unwrap_or(""),
-        response.status().as_u16(),
-        started.elapsed(),
-    );
     response
 }
 
@@ -139,12 +173,13 @@ async fn proxy<'r>(
     client: ClientConnection,
     request: Request<Incoming>,
     request_id: &HeaderValue,
-    matched_route: &mut Option<&'r str>,
+    log: &mut RequestLog<'r>,
 ) -> Result<Response<ResponseBody>, GatewayError> {
     check_header_size(&request, runtime.max_header_bytes)?;
     let client_ip = runtime
         .client_ip
         .resolve(client.peer.ip(), request.headers());
+    log.client_ip = Some(client_ip.ip);
     let host = request_host(&request);
     let host_name = host.as_ref().and_then(|h| h.to_str().ok());
     let route = runtime
@@ -154,9 +189,13 @@ async fn proxy<'r>(
             method: request.method().clone(),
             path: request.uri().path().to_string(),
         })?;
-    *matched_route = Some(&route.name);
+    log.route = Some(&route.name);
+    let counted = runtime.metrics.enter_route(&route.name);
     let (slot, statuses) = match admit::admit(runtime, route, &request, client_ip, request_id) {
-        Admission::Refused(answer) => return Ok(answer),
+        Admission::Refused { answer, by } => {
+            log.refused_by = by;
+            return Ok(answer);
+        }
         Admission::Admitted {
             slot,
             statuses,
@@ -168,6 +207,7 @@ async fn proxy<'r>(
             (slot, statuses)
         }
     };
+    log.remaining = statuses.first().map(|s| s.remaining);
     let forwarded = Forwarded {
         peer: client.peer.ip(),
         peer_trusted: client_ip.peer_trusted,
@@ -176,12 +216,17 @@ async fn proxy<'r>(
         request_id,
     };
     let upstream = &runtime.upstreams[route.upstream];
-    let mut response = match forward::forward(upstream, request, &forwarded).await {
-        Ok(response) => response,
-        Err(error) => respond::error_response(&error, request_id),
-    };
+    let asked = std::time::Instant::now();
+    let mut response =
+        match forward::forward(upstream, request, &forwarded, &mut log.upstream).await {
+            Ok(response) => response,
+            Err(error) => respond::error_response(&error, request_id),
+        };
+    runtime
+        .metrics
+        .observe_upstream(&upstream.name, response.status().as_u16(), asked.elapsed());
     respond::insert_rate_headers(response.headers_mut(), &statuses, &runtime.response);
-    Ok(response.map(|body| body.holding(slot)))
+    Ok(response.map(|body| body.holding(slot, counted)))
 }
 
 /// The Host header, or the HTTP/2 `:authority`.

@@ -104,6 +104,9 @@ fn warn_about_restart_only_changes(old: &Config, new: &Config) {
     if old.server.listen != new.server.listen || tls_addrs(old) != tls_addrs(new) {
         tracing::warn!("listen addresses changed; they take effect only after a restart");
     }
+    if old.log.json != new.log.json {
+        tracing::warn!("[log] format changed; it takes effect only after a restart");
+    }
     let sizes = |c: &Config| {
         (
             c.server.max_connections,
