@@ -250,3 +250,31 @@ async fn sighup_reloads_the_running_binary() {
         "the binary did not exit cleanly on SIGTERM: {exit:?}"
     );
 }
+
+#[tokio::test]
+async fn writing_the_config_file_reloads_it() {
+    let upstream = TestUpstream::ok("ok").await;
+    let (gateway, path) =
+        TestGateway::start_in_dir("reload-write", &[], &limited_config(&upstream, 1, "")).await;
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(ratelimit_proxy::server::watch_files(
+        gateway.reloader.clone(),
+        Duration::from_millis(50),
+        stop.clone(),
+    ));
+    let mut connection = TcpStream::connect(gateway.addr).await.unwrap();
+    assert_eq!(status_on(&mut connection).await.0, 200);
+    assert_eq!(status_on(&mut connection).await.0, 429);
+
+    rewrite(&path, &limited_config(&upstream, 50, ""));
+    let mut reloaded = false;
+    for _ in 0..100 {
+        if status_on(&mut connection).await.0 == 200 {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.cancel();
+    assert!(reloaded, "writing the config file did not reload it");
+}
