@@ -136,6 +136,25 @@ async fn tls_gateway(
     TestGateway::start_in_dir(name, files, &text).await
 }
 
+/// A gateway whose one TLS listener serves `leaf` (as api.pem / api.key).
+async fn single_cert_gateway(
+    name: &str,
+    leaf: &Leaf,
+    upstream: &TestUpstream,
+) -> (TestGateway, std::path::PathBuf) {
+    let files = [
+        ("api.pem", leaf.cert_pem.as_str()),
+        ("api.key", leaf.key_pem.as_str()),
+    ];
+    tls_gateway(
+        name,
+        &files,
+        r#"{ cert = "api.pem", key = "api.key" }"#,
+        upstream,
+    )
+    .await
+}
+
 /// An upstream that answers with the X-Forwarded-Proto it saw.
 async fn proto_upstream() -> TestUpstream {
     TestUpstream::start(|request| async move {
@@ -153,17 +172,7 @@ async fn https_verifies_against_the_ca_and_alpn_negotiates_h2_and_http1() {
     let ca = TestCa::new("test CA");
     let api = ca.leaf(&["api.test"], None);
     let upstream = proto_upstream().await;
-    let files = [
-        ("api.pem", api.cert_pem.as_str()),
-        ("api.key", api.key_pem.as_str()),
-    ];
-    let (gateway, _) = tls_gateway(
-        "tls-alpn",
-        &files,
-        r#"{ cert = "api.pem", key = "api.key" }"#,
-        &upstream,
-    )
-    .await;
+    let (gateway, _) = single_cert_gateway("tls-alpn", &api, &upstream).await;
     let tls_addr = gateway.tls_addr.unwrap();
 
     for (alpn, expected) in [
@@ -299,17 +308,7 @@ async fn garbage_and_plain_http_on_the_tls_port_do_not_disturb_a_good_client() {
     let ca = TestCa::new("test CA");
     let api = ca.leaf(&["api.test"], None);
     let upstream = TestUpstream::ok("ok").await;
-    let files = [
-        ("api.pem", api.cert_pem.as_str()),
-        ("api.key", api.key_pem.as_str()),
-    ];
-    let (gateway, _) = tls_gateway(
-        "tls-garbage",
-        &files,
-        r#"{ cert = "api.pem", key = "api.key" }"#,
-        &upstream,
-    )
-    .await;
+    let (gateway, _) = single_cert_gateway("tls-garbage", &api, &upstream).await;
     let tls_addr = gateway.tls_addr.unwrap();
 
     let mut plain = TcpStream::connect(tls_addr).await.unwrap();
@@ -350,17 +349,7 @@ async fn reloading_serves_the_new_certificate_to_new_connections() {
     let first = ca.leaf(&["api.test"], None);
     let second = ca.leaf(&["api.test"], None);
     let upstream = TestUpstream::ok("ok").await;
-    let files = [
-        ("api.pem", first.cert_pem.as_str()),
-        ("api.key", first.key_pem.as_str()),
-    ];
-    let (gateway, config_path) = tls_gateway(
-        "tls-reload",
-        &files,
-        r#"{ cert = "api.pem", key = "api.key" }"#,
-        &upstream,
-    )
-    .await;
+    let (gateway, config_path) = single_cert_gateway("tls-reload", &first, &upstream).await;
     let tls_addr = gateway.tls_addr.unwrap();
     let client = tls_client(ca.roots(), &[b"http/1.1"]);
     let kept = connect(&client, tls_addr, "api.test").await;
