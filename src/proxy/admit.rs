@@ -38,6 +38,7 @@ pub fn admit(
     runtime: &Runtime,
     route: &Route,
     request: &Request<Incoming>,
+    host: Option<&str>,
     client: ClientIp,
     request_id: &HeaderValue,
 ) -> Admission {
@@ -60,11 +61,7 @@ pub fn admit(
         client_ip: grouped,
         route: &route.name,
         method: request.method(),
-        host: request
-            .headers()
-            .get(http::header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or(request.uri().host()),
+        host,
         path: request.uri().path(),
         query: request.uri().query(),
         headers: request.headers(),

@@ -191,22 +191,23 @@ async fn proxy<'r>(
         })?;
     log.route = Some(&route.name);
     let counted = runtime.metrics.enter_route(&route.name);
-    let (slot, statuses) = match admit::admit(runtime, route, &request, client_ip, request_id) {
-        Admission::Refused { answer, by } => {
-            log.refused_by = by;
-            return Ok(answer);
-        }
-        Admission::Admitted {
-            slot,
-            statuses,
-            delay,
-        } => {
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+    let (slot, statuses) =
+        match admit::admit(runtime, route, &request, host_name, client_ip, request_id) {
+            Admission::Refused { answer, by } => {
+                log.refused_by = by;
+                return Ok(answer);
             }
-            (slot, statuses)
-        }
-    };
+            Admission::Admitted {
+                slot,
+                statuses,
+                delay,
+            } => {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                (slot, statuses)
+            }
+        };
     log.remaining = statuses.first().map(|s| s.remaining);
     let forwarded = Forwarded {
         peer: client.peer.ip(),
