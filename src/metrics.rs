@@ -91,6 +91,23 @@ pub struct Metrics {
     pub limited: HeavyHitters,
 }
 
+/// Handles of one route's series, so a request's duration and in-flight count need no label
+/// lookups.
+#[derive(Clone)]
+pub struct RouteMetrics {
+    route: String,
+    duration: Histogram,
+    in_flight: Gauge,
+}
+
+impl RouteMetrics {
+    /// Counts a request in flight until the guard is dropped.
+    pub fn enter(&self) -> InFlightGauge {
+        self.in_flight.inc();
+        InFlightGauge(self.in_flight.clone())
+    }
+}
+
 /// Counts a request in `rlp_in_flight` until dropped (with the response body).
 pub struct InFlightGauge(Gauge);
 
@@ -218,46 +235,73 @@ impl Metrics {
         text
     }
 
-    pub fn observe_request(&self, route: &str, code: u16, took: std::time::Duration) {
-        self.requests
-            .get_or_create(&RouteCode {
-                route: route.to_string(),
-                code,
-            })
-            .inc();
-        let route = RouteLabel {
+    /// The handles of one route's series, fetched once per runtime.
+    pub fn route(&self, route: &str) -> RouteMetrics {
+        let label = RouteLabel {
             route: route.to_string(),
         };
-        self.request_duration
-            .get_or_create(&route)
-            .observe(took.as_secs_f64());
+        RouteMetrics {
+            duration: self.request_duration.get_or_create(&label).clone(),
+            in_flight: self.in_flight.get_or_create(&label).clone(),
+            route: label.route,
+        }
     }
 
-    /// Takes an in-flight count for `route`, released when the guard is dropped.
-    pub fn enter_route(&self, route: &str) -> InFlightGauge {
-        let gauge = self
-            .in_flight
-            .get_or_create(&RouteLabel {
-                route: route.to_string(),
+    /// The latency histogram of one upstream, fetched once per runtime.
+    pub fn upstream_latency(&self, upstream: &str) -> Histogram {
+        self.upstream_duration
+            .get_or_create(&UpstreamLabel {
+                upstream: upstream.to_string(),
             })
-            .clone();
-        gauge.inc();
-        InFlightGauge(gauge)
+            .clone()
     }
 
-    pub fn observe_upstream(&self, upstream: &str, code: u16, took: std::time::Duration) {
+    /// The `allowed` counter of one limit, fetched once per runtime.
+    pub fn limit_allowed(&self, limit: &str) -> Counter {
+        let labels = LimitDecisionLabels {
+            limit: limit.to_string(),
+            decision: "allowed",
+        };
+        self.limit_decisions.get_or_create(&labels).clone()
+    }
+
+    /// Counts an answered request; `route` is None when no route matched.
+    pub fn observe_request(
+        &self,
+        route: Option<&RouteMetrics>,
+        code: u16,
+        took: std::time::Duration,
+    ) {
+        let name = route.map_or(String::new(), |r| r.route.clone());
+        self.requests
+            .get_or_create(&RouteCode { route: name, code })
+            .inc();
+        match route {
+            Some(route) => route.duration.observe(took.as_secs_f64()),
+            None => self
+                .request_duration
+                .get_or_create(&RouteLabel {
+                    route: String::new(),
+                })
+                .observe(took.as_secs_f64()),
+        }
+    }
+
+    /// Counts an upstream answer; `latency` is that upstream's handle.
+    pub fn observe_upstream(
+        &self,
+        upstream: &str,
+        latency: &Histogram,
+        code: u16,
+        took: std::time::Duration,
+    ) {
         self.upstream_requests
             .get_or_create(&UpstreamCode {
                 upstream: upstream.to_string(),
                 code,
             })
             .inc();
-        let label = UpstreamLabel {
-            upstream: upstream.to_string(),
-        };
-        self.upstream_duration
-            .get_or_create(&label)
-            .observe(took.as_secs_f64());
+        latency.observe(took.as_secs_f64());
     }
 
     pub fn count_edge(&self, verdict: &EdgeVerdict) {

@@ -16,6 +16,8 @@ pub struct Route {
     host: Option<String>,
     path_prefix: String,
     methods: Option<Vec<Method>>,
+    /// Position in the config, for per-route state kept beside the router.
+    pub index: usize,
     /// Index into the runtime's upstream pools.
     pub upstream: usize,
     pub limits: RouteLimits,
@@ -70,7 +72,9 @@ impl Router {
     pub fn new(configs: &[RouteConfig]) -> Router {
         let routes = configs
             .iter()
-            .map(|c| Route {
+            .enumerate()
+            .map(|(index, c)| Route {
+                index,
                 name: c.name.clone(),
                 host: c.host.clone(),
                 path_prefix: c.path_prefix.clone(),

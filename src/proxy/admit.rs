@@ -89,9 +89,7 @@ pub fn admit(
             applied,
         } => {
             for &index in &applied {
-                runtime
-                    .metrics
-                    .count_limit(&runtime.limiter.rules[index].name, "allowed");
+                runtime.limit_allowed[index].inc();
             }
             for limit in shadow_denied {
                 runtime.metrics.count_limit(&limit, "shadow_denied");

@@ -21,13 +21,15 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ResponseStyle};
 use crate::edge::EdgeLayer;
 use crate::limit::limiter::Limiter;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RouteMetrics};
 use crate::request_id::{self, X_REQUEST_ID};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
 use crate::store::memory::MemoryStore;
 use admit::Admission;
 use headers::Forwarded;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
 use upstream::UpstreamPool;
 
 /// Everything a request needs, built once from a validated config.
@@ -44,6 +46,11 @@ pub struct Runtime {
     pub clock: Arc<dyn Clock>,
     /// Shared by every runtime of a gateway, across reloads.
     pub metrics: Arc<Metrics>,
+    /// Metric handles made once per runtime, so requests allocate no labels: by route index,
+    /// by upstream index, and the `allowed` counter by limit index.
+    pub route_metrics: Vec<RouteMetrics>,
+    pub upstream_latency: Vec<Histogram>,
+    pub limit_allowed: Vec<Counter>,
 }
 
 impl Runtime {
@@ -97,6 +104,21 @@ impl Runtime {
             response: config.response.clone(),
             access_log: config.log.access,
             clock,
+            route_metrics: config
+                .routes
+                .iter()
+                .map(|r| metrics.route(&r.name))
+                .collect(),
+            upstream_latency: config
+                .upstreams
+                .iter()
+                .map(|u| metrics.upstream_latency(&u.name))
+                .collect(),
+            limit_allowed: config
+                .limits
+                .iter()
+                .map(|l| metrics.limit_allowed(&l.name))
+                .collect(),
             metrics,
         })
     }
@@ -119,6 +141,7 @@ pub struct ClientConnection {
 #[derive(Default)]
 struct RequestLog<'r> {
     route: Option<&'r str>,
+    route_metrics: Option<&'r RouteMetrics>,
     client_ip: Option<IpAddr>,
     upstream: Option<&'r str>,
     /// `edge` or the limit that refused the request.
@@ -147,7 +170,7 @@ pub async fn handle(
     let status = response.status().as_u16();
     runtime
         .metrics
-        .observe_request(log.route.unwrap_or(""), status, started.elapsed());
+        .observe_request(log.route_metrics, status, started.elapsed());
     if let Some((method, path)) = access {
         tracing::info!(
             target: "access",
@@ -190,7 +213,9 @@ async fn proxy<'r>(
             path: request.uri().path().to_string(),
         })?;
     log.route = Some(&route.name);
-    let counted = runtime.metrics.enter_route(&route.name);
+    let route_metrics = &runtime.route_metrics[route.index];
+    log.route_metrics = Some(route_metrics);
+    let counted = route_metrics.enter();
     let (slot, statuses) =
         match admit::admit(runtime, route, &request, host_name, client_ip, request_id) {
             Admission::Refused { answer, by } => {
@@ -223,9 +248,11 @@ async fn proxy<'r>(
             Ok(response) => response,
             Err(error) => respond::error_response(&error, request_id),
         };
+    let latency = &runtime.upstream_latency[route.upstream];
+    let code = response.status().as_u16();
     runtime
         .metrics
-        .observe_upstream(&upstream.name, response.status().as_u16(), asked.elapsed());
+        .observe_upstream(&upstream.name, latency, code, asked.elapsed());
     respond::insert_rate_headers(response.headers_mut(), &statuses, &runtime.response);
     Ok(response.map(|body| body.holding(slot, counted)))
 }
