@@ -16,29 +16,9 @@ CONNS=${CONNS:-50}
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
 
-for tool in nginx wrk; do
-  if ! command -v "$tool" >/dev/null; then
-    echo "installing $tool (apt)" >&2
-    (apt-get update -qq && apt-get install -y -qq "$tool") >/dev/null
-  fi
-done
+source benches/common.sh
+ensure_tools nginx wrk
 NGINX=$(command -v nginx)
-cargo build --release --quiet
-BIN=target/release/ratelimit-proxy
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-# CPU ticks (utime+stime) of a process and all its children (nginx master + worker).
-cpu_ticks() { local total=0; for p in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $total; }
-peak_rss_kb() { local total=0; for p in "$@"; do total=$((total + $(awk '/VmHWM/ {print $2}' "/proc/$p/status"))); done; echo $total; }
 
 UPSTREAM_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
@@ -75,6 +55,7 @@ http {
 CONF
 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null
 wait_port "$NGINX_PORT"
+PIDS+=("$(cat "$WORK/nginx.pid")")  # stopping the master stops its worker
 NGINX_PIDS=$(pgrep -f "nginx.*$WORK/nginx.conf" | tr '\n' ' ')
 NGINX_PIDS="$NGINX_PIDS $(pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ')"
 

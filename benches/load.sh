@@ -16,20 +16,8 @@ DURATION=${DURATION:-10s}
 THREADS=${THREADS:-1}
 WARMUP=${WARMUP:-2s}
 
-if ! command -v wrk >/dev/null; then
-  echo "installing wrk (apt)" >&2
-  (apt-get update -qq && apt-get install -y -qq wrk) >/dev/null
-fi
-cargo build --release --quiet
-BIN=target/release/ratelimit-proxy
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
-trap cleanup EXIT
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+source benches/common.sh
+ensure_tools wrk
 
 UPSTREAM_PORT=$(free_port)
 PROXY_PORT=$(free_port)
@@ -98,7 +86,7 @@ run() {
   errors=$(awk '/Non-2xx|Socket errors/ {printf "%s ", $0}' "$WORK/$name.txt")
   local hz; hz=$(getconf CLK_TCK)
   local cpu_us; cpu_us=$(awk -v t=$((after - before)) -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
-  local rss; rss=$(awk '/VmHWM/ {print $2 " kB"}' "/proc/$pid/status")
+  local rss; rss="$(peak_rss_kb "$pid") kB"
   printf '%-22s %12s %10s %10s %14s %12s  %s\n' "$name" "$rps" "$p50" "$p99" "$cpu_us" "$rss" "$errors"
 }
 

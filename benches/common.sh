@@ -1,0 +1,26 @@
+# Shared by the load scripts (sourced, not run): tools from apt when missing, a release build,
+# a scratch directory and background processes cleaned up on exit, and /proc readings.
+# Everything stays on 127.0.0.1.
+
+# ensure_tools TOOL...: installs each missing tool from apt.
+ensure_tools() {
+  for tool in "$@"; do
+    if ! command -v "$tool" >/dev/null; then
+      echo "installing $tool (apt)" >&2
+      (apt-get update -qq && apt-get install -y -qq "$tool") >/dev/null
+    fi
+  done
+}
+
+cargo build --release --quiet
+BIN=target/release/ratelimit-proxy
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
+# CPU ticks (utime+stime) of the given processes together, e.g. nginx's master and worker.
+cpu_ticks() { local total=0; for p in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $total; }
+peak_rss_kb() { local total=0; for p in "$@"; do total=$((total + $(awk '/VmHWM/ {print $2}' "/proc/$p/status"))); done; echo $total; }
