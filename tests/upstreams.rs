@@ -204,3 +204,33 @@ async fn health_checks_take_a_failing_server_out_and_bring_it_back() {
     }
     assert!(came_back, "the server never returned after passing checks");
 }
+
+#[tokio::test]
+async fn a_server_that_never_accepts_is_504_at_connect_timeout() {
+    // A listener with a full accept queue: further connections stall in SYN until they time out.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _queued = std::net::TcpStream::connect(addr).unwrap();
+    let gateway = TestGateway::start(&one_route_config(
+        &[format!("http://{addr}")],
+        "connect_timeout = \"300ms\"",
+    ))
+    .await;
+
+    let started = std::time::Instant::now();
+    let (response, body) = get(&gateway.url("/x")).await;
+    assert_eq!(response.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
+    let answer = problem(&response, &body);
+    assert!(
+        answer["detail"].as_str().unwrap().contains("in time"),
+        "{answer}"
+    );
+    drop(listener);
+}
