@@ -189,39 +189,32 @@ fn is_idempotent(method: &Method) -> bool {
     )
 }
 
-/// The TLS error behind a connect error, if the handshake is what failed. TLS errors arrive
-/// wrapped in (nested) io::Errors, whose `source()` skips the wrapped error, so the walk also
-/// looks inside them.
+/// The TLS error behind a connect error, if the handshake is what failed.
 fn tls_error<'a>(error: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
-    let mut cause = Some(error);
-    while let Some(current) = cause {
-        if let Some(tls) = current.downcast_ref::<rustls::Error>() {
-            return Some(tls);
-        }
-        cause = match current
+    causes(error).find_map(|cause| cause.downcast_ref::<rustls::Error>())
+}
+
+/// True when a connect error was a timeout rather than a refusal.
+fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
+    causes(error).any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    })
+}
+
+/// An error and its causes. Connector errors arrive wrapped in (nested) io::Errors, whose
+/// `source()` skips the wrapped error, so the walk also steps into them.
+fn causes<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(error), |current| {
+        match current
             .downcast_ref::<std::io::Error>()
             .and_then(std::io::Error::get_ref)
         {
             Some(wrapped) => Some(wrapped as &(dyn std::error::Error + 'static)),
             None => current.source(),
-        };
-    }
-    None
-}
-
-/// True when a connect error was a timeout rather than a refusal.
-fn is_timeout(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(current) = cause {
-        if let Some(io) = current.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::TimedOut
-        {
-            return true;
         }
-        if current.to_string().contains("timed out") {
-            return true;
-        }
-        cause = current.source();
-    }
-    false
+    })
 }
