@@ -29,6 +29,7 @@ fn store_bytes_per_identity(identities: u64, windows: u64) -> f64 {
                 cost: 1,
                 max_delay: Duration::ZERO,
                 group: 0,
+                window: w as usize,
                 shadow: false,
             })
             .collect();

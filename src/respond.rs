@@ -176,6 +176,30 @@ pub fn too_busy(route: &str, request_id: &HeaderValue) -> Response<ResponseBody>
     response
 }
 
+/// 503 when the shared limit store cannot decide and the limit says `on_error = "deny"`: not a
+/// 429, because the client is not known to be over its limit; Retry-After is when the store
+/// will be tried again.
+pub fn store_unavailable(
+    limit: &str,
+    retry_after: Duration,
+    request_id: &HeaderValue,
+) -> Response<ResponseBody> {
+    let seconds = whole_seconds(retry_after).max(1);
+    let detail = format!(
+        "limit \"{limit}\" cannot be checked right now (its store is unavailable); retry in {seconds} s"
+    );
+    let mut response = problem_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "about:blank",
+        &detail,
+        request_id,
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
+}
+
 /// `X-RateLimit-Limit/Remaining/Reset` for the first (most restrictive) status, the IETF
 /// `RateLimit-Policy` listing every window, and `RateLimit` for the first.
 pub fn insert_rate_headers(

@@ -8,45 +8,36 @@ use std::time::Duration;
 use super::network::IpLists;
 use super::raw::{RawLimit, RawPlans, RawRate, RawResponse, RawRoute, RawStore};
 use super::validate::Problems;
-use super::{ResponseStyle, StoreConfig, parse_duration};
+use super::{RedisConfig, ResponseStyle, StoreConfig, parse_duration};
 use crate::limit::key::{KeyPart, Missing};
 use crate::limit::rules::{LimitRule, OnError, Plans, Tier, Window};
 use crate::limit::sliding_log::MAX_LOG_LIMIT;
 use crate::limit::{Algorithm, Rate};
+use crate::store::redis::{EXACT_LIMIT, describe_url_error};
 
-const REDIS_ONLY: &str =
-    "applies to the redis backends, which are not supported yet in this version";
-
-pub(super) fn store(raw: Option<&RawStore>, problems: &mut Problems) -> StoreConfig {
+pub(super) fn store(
+    raw: Option<&RawStore>,
+    base_dir: &Path,
+    problems: &mut Problems,
+) -> StoreConfig {
     let Some(raw) = raw else {
         return StoreConfig::default();
     };
-    match raw.backend.as_deref() {
-        None | Some("memory") => {}
-        Some("redis" | "redis-cluster") => problems.push(
-            "store.backend",
-            format!(
-                "\"redis\" and \"redis-cluster\" are {}",
-                REDIS_ONLY.replace("applies to the redis backends, which are ", "")
-            ),
-        ),
-        Some(other) => problems.push(
-            "store.backend",
-            format!("expected \"memory\", \"redis\" or \"redis-cluster\", got {other:?}"),
-        ),
-    }
-    let redis_keys = [
-        ("url", raw.url.is_some()),
-        ("urls", raw.urls.is_some()),
-        ("timeout", raw.timeout.is_some()),
-        ("key_prefix", raw.key_prefix.is_some()),
-        ("fallback_instances", raw.fallback_instances.is_some()),
-    ];
-    for (key, present) in redis_keys {
-        if present {
-            problems.push(format!("store.{key}"), REDIS_ONLY);
+    let redis = match raw.backend.as_deref() {
+        None | Some("memory") => {
+            refuse_redis_keys(raw, problems);
+            None
         }
-    }
+        Some("redis") => redis_config(raw, false, base_dir, problems),
+        Some("redis-cluster") => redis_config(raw, true, base_dir, problems),
+        Some(other) => {
+            problems.push(
+                "store.backend",
+                format!("expected \"memory\", \"redis\" or \"redis-cluster\", got {other:?}"),
+            );
+            None
+        }
+    };
     let on_error = raw
         .on_error
         .as_deref()
@@ -60,6 +51,148 @@ pub(super) fn store(raw: Option<&RawStore>, problems: &mut Problems) -> StoreCon
             4_000_000,
         ) as usize,
         on_error: on_error.unwrap_or(OnError::Allow),
+        fallback_instances: problems.number(
+            "store.fallback_instances".into(),
+            raw.fallback_instances,
+            (1, 100_000),
+            1,
+        ) as u64,
+        redis,
+    }
+}
+
+/// With the memory store, Redis settings would be silently ignored: a fleet that meant to share
+/// limits would each count alone. Refuse them.
+fn refuse_redis_keys(raw: &RawStore, problems: &mut Problems) {
+    let redis_keys = [
+        ("url", raw.url.is_some()),
+        ("urls", raw.urls.is_some()),
+        ("timeout", raw.timeout.is_some()),
+        ("key_prefix", raw.key_prefix.is_some()),
+        ("fallback_instances", raw.fallback_instances.is_some()),
+        ("ca_file", raw.ca_file.is_some()),
+    ];
+    for (key, present) in redis_keys {
+        if present {
+            problems.push(
+                format!("store.{key}"),
+                "only applies to backend = \"redis\" or \"redis-cluster\"; this store is \"memory\"",
+            );
+        }
+    }
+}
+
+fn redis_config(
+    raw: &RawStore,
+    cluster: bool,
+    base_dir: &Path,
+    problems: &mut Problems,
+) -> Option<RedisConfig> {
+    let urls = match (cluster, &raw.url, &raw.urls) {
+        (false, Some(url), None) => vec![url.clone()],
+        (true, None, Some(urls)) if !urls.is_empty() => urls.clone(),
+        (false, _, _) => {
+            problems.push(
+                "store.url",
+                "backend \"redis\" needs url = \"redis://host:port/db\" (and no urls)",
+            );
+            return None;
+        }
+        (true, _, _) => {
+            problems.push(
+                "store.urls",
+                "backend \"redis-cluster\" needs urls = [\"redis://host:port\", ...] with at least one seed node (and no url)",
+            );
+            return None;
+        }
+    };
+    let mut valid = true;
+    for (i, url) in urls.iter().enumerate() {
+        let path = if cluster {
+            format!("store.urls[{i}]")
+        } else {
+            "store.url".to_string()
+        };
+        if let Err(message) = check_redis_url(url) {
+            problems.push(path, message);
+            valid = false;
+        }
+    }
+    let timeout = problems.duration(
+        "store.timeout".into(),
+        raw.timeout.as_deref(),
+        Duration::from_millis(20),
+    );
+    let key_prefix = raw.key_prefix.clone().unwrap_or_else(|| "rl:".to_string());
+    if key_prefix.contains(['{', '}']) {
+        problems.push(
+            "store.key_prefix",
+            "must not contain '{' or '}': the identity is the key's cluster hash tag",
+        );
+    }
+    let ca_file = raw.ca_file.as_ref().and_then(|file| {
+        let path = base_dir.join(file);
+        problems.watch(&path);
+        if !urls.iter().all(|u| u.starts_with("rediss://")) {
+            problems.push("store.ca_file", "only applies to rediss:// URLs");
+        }
+        match std::fs::read(&path) {
+            Ok(pem) if pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") => Some(path),
+            Ok(_) => {
+                problems.push(
+                    "store.ca_file",
+                    format!("{}: no PEM certificate in it", path.display()),
+                );
+                None
+            }
+            Err(e) => {
+                problems.push(
+                    "store.ca_file",
+                    format!("cannot read {}: {e}", path.display()),
+                );
+                None
+            }
+        }
+    });
+    valid.then_some(RedisConfig {
+        cluster,
+        urls,
+        timeout,
+        key_prefix,
+        ca_file,
+    })
+}
+
+fn check_redis_url(url: &str) -> Result<(), String> {
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Err("expected a redis:// or rediss:// URL".to_string());
+    }
+    redis::Client::open(url)
+        .map(|_| ())
+        .map_err(|e| describe_url_error(&e))
+}
+
+/// Redis runs the limits in Lua, whose numbers are doubles: refuse windows whose arithmetic
+/// would leave the exact range, or whose token interval is below Redis' microsecond clock.
+pub(super) fn check_redis_arithmetic(limits: &[LimitRule], problems: &mut Problems) {
+    for (i, rule) in limits.iter().enumerate() {
+        for window in rule.all_windows() {
+            let rate = &window.rate;
+            let per_us = rate.per_ns() / 1000;
+            let product = u128::from(rate.limit) * u128::from(per_us);
+            if rule.algorithm == Algorithm::SlidingWindow && product >= u128::from(EXACT_LIMIT) {
+                problems.push(
+                    format!("limits[{i}].rates"),
+                    format!("{} per {:?} is too large for exact sliding_window arithmetic in Redis (limit × window in µs must stay below 2^53); use a shorter window or token_bucket", rate.limit, rate.per),
+                );
+            }
+            if rule.algorithm.is_bucket() && rate.emission_interval_ns() < 1000 {
+                problems.push(
+                    format!("limits[{i}].rates"),
+                    format!("{} per {:?} refills faster than one token per microsecond, the resolution of the Redis store", rate.limit, rate.per),
+                );
+            }
+        }
     }
 }
 
@@ -372,45 +505,51 @@ fn tiers(
 pub(super) fn plans(
     raw: Option<&RawPlans>,
     limits: &[LimitRule],
+    store: &StoreConfig,
     base_dir: &Path,
     problems: &mut Problems,
 ) -> Option<Plans> {
     let raw = raw?;
-    if raw.redis_hash.is_some() {
-        problems.push("plans.redis_hash", REDIS_ONLY);
-    }
     let key = KeyPart::parse(&raw.key)
         .map_err(|m| problems.push("plans.key", m))
         .ok()?;
-    let full_path = base_dir.join(&raw.file);
-    problems.watch(&full_path);
-    let text = std::fs::read_to_string(&full_path)
-        .map_err(|e| {
+    let redis_hash = raw.redis_hash.as_ref().and_then(|hash| {
+        if store.redis.is_none() {
             problems.push(
-                "plans.file",
-                format!("cannot read {}: {e}", full_path.display()),
-            )
-        })
-        .ok()?;
-    let entries: HashMap<String, String> = toml::from_str(&text)
-        .map_err(|e| {
+                "plans.redis_hash",
+                "needs store.backend = \"redis\" or \"redis-cluster\"",
+            );
+            return None;
+        }
+        let ttl = problems.duration(
+            "plans.redis_ttl".into(),
+            raw.redis_ttl.as_deref(),
+            Duration::from_secs(10),
+        );
+        Some((hash.clone(), ttl))
+    });
+    if raw.redis_ttl.is_some() && raw.redis_hash.is_none() {
+        problems.push("plans.redis_ttl", "only applies with plans.redis_hash");
+    }
+    let entries = match &raw.file {
+        Some(file) => plans_file(file, base_dir, problems)?,
+        None if raw.redis_hash.is_some() => HashMap::new(),
+        None => {
             problems.push(
-                "plans.file",
-                format!(
-                    "{}: expected `identity = \"tier\"` lines: {}",
-                    raw.file,
-                    e.message()
-                ),
-            )
-        })
-        .ok()?;
+                "plans",
+                "expected file = \"plans.toml\", redis_hash = \"name\", or both",
+            );
+            return None;
+        }
+    };
     let known: std::collections::BTreeSet<&String> =
         limits.iter().flat_map(|l| l.tiers.keys()).collect();
     // The default tier may be one no limit defines (those limits use their base rates), but
     // every tier the file names must exist, or a typo would silently grant the base rates.
     let unknown_tier = |tier: &String| !known.contains(tier) && raw.default.as_ref() != Some(tier);
     if let Some(tier) = entries.values().find(|t| unknown_tier(t)) {
-        problems.push("plans.file", format!("{}: tier {tier:?} is not defined in the tiers of any limit; known tiers: {known:?}", raw.file));
+        let file = raw.file.as_deref().unwrap_or_default();
+        problems.push("plans.file", format!("{file}: tier {tier:?} is not defined in the tiers of any limit; known tiers: {known:?}"));
     }
     let tiers = entries
         .into_iter()
@@ -420,7 +559,36 @@ pub(super) fn plans(
         key,
         tiers,
         default: raw.default.clone(),
+        redis_hash,
     })
+}
+
+fn plans_file(
+    file: &str,
+    base_dir: &Path,
+    problems: &mut Problems,
+) -> Option<HashMap<String, String>> {
+    let full_path = base_dir.join(file);
+    problems.watch(&full_path);
+    let text = std::fs::read_to_string(&full_path)
+        .map_err(|e| {
+            problems.push(
+                "plans.file",
+                format!("cannot read {}: {e}", full_path.display()),
+            )
+        })
+        .ok()?;
+    toml::from_str(&text)
+        .map_err(|e| {
+            problems.push(
+                "plans.file",
+                format!(
+                    "{file}: expected `identity = \"tier\"` lines: {}",
+                    e.message()
+                ),
+            )
+        })
+        .ok()
 }
 
 /// The limit keys of one route: names resolved to indices, the cost checked against every

@@ -21,6 +21,7 @@ use http::Method;
 use crate::client_ip::ClientIpPolicy;
 use crate::edge::EdgePolicy;
 use crate::limit::rules::{LimitRule, OnError, Plans};
+pub use crate::store::redis::RedisConfig;
 use crate::tls::upstream::UpstreamTls;
 use http::uri::{Authority, Scheme};
 
@@ -141,6 +142,10 @@ pub struct StoreConfig {
     pub max_entries: usize,
     /// The default `on_error` of limits.
     pub on_error: OnError,
+    /// The Redis backends; None for the memory store.
+    pub redis: Option<RedisConfig>,
+    /// `on_error = "local"` enforces each limit divided by this.
+    pub fallback_instances: u64,
 }
 
 impl Default for StoreConfig {
@@ -149,6 +154,8 @@ impl Default for StoreConfig {
             hash_secret: None,
             max_entries: 4_000_000,
             on_error: OnError::Allow,
+            redis: None,
+            fallback_instances: 1,
         }
     }
 }

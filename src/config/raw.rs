@@ -123,9 +123,10 @@ pub struct RawRate {
 #[serde(deny_unknown_fields)]
 pub struct RawPlans {
     pub key: String,
-    pub file: String,
+    pub file: Option<String>,
     pub default: Option<String>,
-    pub redis_hash: Option<toml::Value>,
+    pub redis_hash: Option<String>,
+    pub redis_ttl: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -143,11 +144,12 @@ pub struct RawStore {
     pub max_entries: Option<i64>,
     pub on_error: Option<String>,
     // Keys of the Redis backends.
-    pub url: Option<toml::Value>,
-    pub urls: Option<toml::Value>,
-    pub timeout: Option<toml::Value>,
-    pub key_prefix: Option<toml::Value>,
-    pub fallback_instances: Option<toml::Value>,
+    pub url: Option<String>,
+    pub urls: Option<Vec<String>>,
+    pub timeout: Option<String>,
+    pub key_prefix: Option<String>,
+    pub fallback_instances: Option<i64>,
+    pub ca_file: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -109,7 +109,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
             }
         });
     let log = log_config(raw.log.as_ref(), &mut problems);
-    let store = limits::store(raw.store.as_ref(), &mut problems);
+    let store = limits::store(raw.store.as_ref(), base_dir, &mut problems);
     let response = limits::response(raw.response.as_ref(), &mut problems);
     let limit_rules = limits::limits(&raw.limits, &ip_lists, store.on_error, &mut problems);
     unique_names(
@@ -117,7 +117,16 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         "limits",
         &mut problems,
     );
-    let plans = limits::plans(raw.plans.as_ref(), &limit_rules, base_dir, &mut problems);
+    if store.redis.is_some() {
+        limits::check_redis_arithmetic(&limit_rules, &mut problems);
+    }
+    let plans = limits::plans(
+        raw.plans.as_ref(),
+        &limit_rules,
+        &store,
+        base_dir,
+        &mut problems,
+    );
     let upstreams: Vec<UpstreamConfig> = raw
         .upstreams
         .iter()

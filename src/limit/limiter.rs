@@ -1,6 +1,9 @@
 //! Evaluating a request against the limits of its route: tier, exemptions and keys first, then
 //! every window of every limit checked at once in the store (all-or-nothing), then a decision.
+//! With a Redis store, identities denied with a known retry time are answered in process, and
+//! a failed store call falls back per limit (`on_error`).
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,10 +11,12 @@ use std::time::Duration;
 use super::key::{
     IdentityBuilder, IdentityHasher, Missing, PartValue, RequestFacts, window_identity,
 };
-use super::rules::{LimitRule, Plans, Window};
-use super::{RateStatus, WindowCheck};
+use super::rules::{LimitRule, OnError, Plans, Window};
+use super::{Rate, RateStatus, WindowCheck};
 use crate::clock::Nanos;
+use crate::store::denied::Denied;
 use crate::store::memory::MemoryStore;
+use crate::store::redis::{Outcome, RedisStore, StoreError};
 use crate::store::{Small, WindowRequest};
 
 /// The limits a route applies.
@@ -36,6 +41,8 @@ pub enum LimitDecision {
         shadow_denied: Vec<Arc<str>>,
         /// The enforced limits that were checked (indices into `Limiter::rules`).
         applied: Small<usize>,
+        /// Limits the shared store could not decide, and what each did instead (`on_error`).
+        degraded: Small<(usize, OnError)>,
     },
     Deny {
         limit: Arc<str>,
@@ -47,13 +54,44 @@ pub enum LimitDecision {
     },
     /// A key part was absent and the limit says `missing = "deny"`.
     MissingKey { limit: Arc<str>, part: String },
+    /// The shared store could not decide and the limit says `on_error = "deny"`.
+    Unavailable {
+        limit: Arc<str>,
+        retry_after: Duration,
+    },
+}
+
+/// A decision, and the store failure behind it if there was one (for metrics and logs).
+#[derive(Debug)]
+pub struct Evaluated {
+    pub decision: LimitDecision,
+    pub store_error: Option<StoreError>,
+}
+
+impl From<LimitDecision> for Evaluated {
+    fn from(decision: LimitDecision) -> Self {
+        Evaluated {
+            decision,
+            store_error: None,
+        }
+    }
+}
+
+/// Where limit state lives: always memory (alone, or as the `on_error = "local"` fallback),
+/// and Redis when configured.
+#[derive(Clone)]
+pub struct Stores {
+    pub memory: Arc<MemoryStore>,
+    pub redis: Option<Arc<RedisStore>>,
+    /// The local fallback enforces each limit divided by this.
+    pub fallback_instances: u64,
 }
 
 pub struct Limiter {
     pub rules: Vec<LimitRule>,
     pub plans: Option<Plans>,
     hasher: IdentityHasher,
-    store: Arc<MemoryStore>,
+    stores: Stores,
 }
 
 impl Limiter {
@@ -61,34 +99,41 @@ impl Limiter {
         rules: Vec<LimitRule>,
         plans: Option<Plans>,
         hash_secret: Option<&str>,
-        store: Arc<MemoryStore>,
+        stores: Stores,
     ) -> Limiter {
         Limiter {
             rules,
             plans,
             hasher: IdentityHasher::new(hash_secret),
-            store,
+            stores,
         }
     }
 
-    /// The store, for a reloaded limiter to keep the state of limits whose rates did not change.
-    pub fn store(&self) -> &Arc<MemoryStore> {
-        &self.store
+    /// The stores, for a reloaded limiter to keep the state of limits whose rates did not
+    /// change (and the Redis connection).
+    pub fn stores(&self) -> &Stores {
+        &self.stores
+    }
+
+    /// The `backend` label of store metrics.
+    pub fn backend(&self) -> &'static str {
+        self.stores.redis.as_ref().map_or("memory", |r| r.backend())
     }
 
     /// Decides on a request. `client_ip` is the real address (for exempt lists); `facts` carry
     /// the grouped one (for keys).
-    pub fn evaluate(
+    pub async fn evaluate(
         &self,
         route: &RouteLimits,
         facts: &RequestFacts<'_>,
         client_ip: IpAddr,
         now: Nanos,
-    ) -> LimitDecision {
+    ) -> Evaluated {
         if route.rules.is_empty() {
-            return LimitDecision::NotLimited;
+            return LimitDecision::NotLimited.into();
         }
-        let tier = self.tier_of(facts);
+        let tier = self.tier_of(facts).await;
+        let tier = tier.as_deref();
         // Parallel lists: what the store checks, and which window each came from.
         let mut requests: Small<WindowRequest> = Small::new();
         let mut origins: Small<&Window> = Small::new();
@@ -111,7 +156,8 @@ impl Limiter {
                     return LimitDecision::MissingKey {
                         limit: rule.name.clone(),
                         part,
-                    };
+                    }
+                    .into();
                 }
             };
             for (w, window) in windows.iter().enumerate() {
@@ -123,26 +169,183 @@ impl Limiter {
                     cost: route.cost,
                     max_delay: rule.max_delay,
                     group: index,
+                    window: w,
                     shadow: rule.shadow,
                 });
                 origins.push(window);
             }
         }
         if requests.is_empty() {
-            return LimitDecision::NotLimited;
+            return LimitDecision::NotLimited.into();
         }
-        let checks = self.store.check_all(&requests, now);
-        self.decide(&requests, &origins, &checks)
+        match &self.stores.redis {
+            None => {
+                let checks = self.stores.memory.check_all(&requests, now);
+                self.decide(&requests, &origins, &checks, Small::new())
+                    .into()
+            }
+            Some(redis) => {
+                self.evaluate_shared(redis, &requests, &origins, route.cost, now)
+                    .await
+            }
+        }
     }
 
-    fn tier_of<'a>(&'a self, facts: &RequestFacts<'_>) -> Option<&'a str> {
+    /// The Redis path: a standing denial, else one call, else the fallback.
+    async fn evaluate_shared(
+        &self,
+        redis: &RedisStore,
+        requests: &[WindowRequest],
+        origins: &[&Window],
+        cost: u64,
+        now: Nanos,
+    ) -> Evaluated {
+        if let Some(denial) = self.standing_denial(redis, requests, cost, now) {
+            return denial.into();
+        }
+        let keys: Small<String> = requests
+            .iter()
+            .map(|r| redis.key(&self.rules[r.group].name, r))
+            .collect();
+        let outcome = redis.check_all(requests, &keys, None).await;
+        let Some(error) = outcome.error.clone() else {
+            let checks: Small<WindowCheck> = outcome.checks.into_iter().flatten().collect();
+            let decision = self.decide(requests, origins, &checks, Small::new());
+            if let LimitDecision::Deny {
+                limit,
+                identity,
+                retry_after,
+                statuses,
+            } = &decision
+            {
+                let denial = Denied {
+                    limit: limit.clone(),
+                    retry_after: *retry_after,
+                    statuses: statuses.clone(),
+                };
+                redis.denied.remember(*identity, cost, &denial, now);
+            }
+            return decision.into();
+        };
+        Evaluated {
+            decision: self.fall_back(requests, origins, outcome, &error, now),
+            store_error: Some(error),
+        }
+    }
+
+    /// A denial the shared store gave earlier that still stands for one of the enforced limits.
+    fn standing_denial(
+        &self,
+        redis: &RedisStore,
+        requests: &[WindowRequest],
+        cost: u64,
+        now: Nanos,
+    ) -> Option<LimitDecision> {
+        let mut previous = None;
+        for request in requests.iter().filter(|r| !r.shadow) {
+            if previous == Some(request.limit_identity) {
+                continue;
+            }
+            previous = Some(request.limit_identity);
+            if let Some(denied) = redis.denied.lookup(request.limit_identity, cost, now) {
+                return Some(LimitDecision::Deny {
+                    limit: denied.limit,
+                    identity: request.limit_identity,
+                    retry_after: denied.retry_after,
+                    statuses: denied.statuses,
+                });
+            }
+        }
+        None
+    }
+
+    /// Decides without the windows the store could not check, per their limit's `on_error`:
+    /// allow drops the limit, deny refuses the request, local checks the limit divided by
+    /// `fallback_instances` in this process. Windows the store did check (a cluster's other
+    /// identities) keep their answers.
+    fn fall_back(
+        &self,
+        requests: &[WindowRequest],
+        origins: &[&Window],
+        outcome: Outcome,
+        error: &StoreError,
+        now: Nanos,
+    ) -> LimitDecision {
+        let mut checked: (Small<WindowRequest>, Small<&Window>, Small<WindowCheck>) =
+            Default::default();
+        let mut local: (Small<WindowRequest>, Small<&Window>) = Default::default();
+        let mut degraded: Small<(usize, OnError)> = Small::new();
+        for ((request, origin), check) in requests.iter().zip(origins).zip(outcome.checks) {
+            if let Some(check) = check {
+                checked.0.push(request.clone());
+                checked.1.push(origin);
+                checked.2.push(check);
+                continue;
+            }
+            if request.shadow {
+                continue;
+            }
+            let rule = &self.rules[request.group];
+            if !degraded.iter().any(|(g, _)| *g == request.group) {
+                degraded.push((request.group, rule.on_error));
+            }
+            match rule.on_error {
+                OnError::Allow => {}
+                OnError::Deny => {
+                    return LimitDecision::Unavailable {
+                        limit: rule.name.clone(),
+                        retry_after: error.retry_in(),
+                    };
+                }
+                OnError::Local => {
+                    local.0.push(WindowRequest {
+                        rate: divided(&request.rate, self.stores.fallback_instances),
+                        ..request.clone()
+                    });
+                    local.1.push(origin);
+                }
+            }
+        }
+        let denied_already = checked
+            .0
+            .iter()
+            .zip(&checked.2)
+            .any(|(r, c)| !r.shadow && !c.is_allow());
+        if !denied_already && !local.0.is_empty() {
+            let local_checks = self.stores.memory.check_all(&local.0, now);
+            checked.0.extend(local.0);
+            checked.1.extend(local.1);
+            checked.2.extend(local_checks);
+        }
+        if checked.0.is_empty() {
+            return LimitDecision::Allow {
+                delay: Duration::ZERO,
+                statuses: Vec::new(),
+                shadow_denied: Vec::new(),
+                applied: Small::new(),
+                degraded,
+            };
+        }
+        self.decide(&checked.0, &checked.1, &checked.2, degraded)
+    }
+
+    async fn tier_of<'a>(&'a self, facts: &RequestFacts<'_>) -> Option<Cow<'a, str>> {
         let plans = self.plans.as_ref()?;
-        let tier = match facts.value(&plans.key) {
-            Some(PartValue::Text(bytes)) => plans.tiers.get(bytes),
-            Some(PartValue::Ip(ip)) => plans.tiers.get(ip.to_string().as_bytes()),
+        let value = match facts.value(&plans.key) {
+            Some(PartValue::Text(bytes)) => Some(Cow::Borrowed(bytes)),
+            Some(PartValue::Ip(ip)) => Some(Cow::Owned(ip.to_string().into_bytes())),
             None => None,
         };
-        tier.or(plans.default.as_ref()).map(String::as_str)
+        if let (Some(value), Some((hash, ttl)), Some(redis)) =
+            (&value, &plans.redis_hash, &self.stores.redis)
+        {
+            if let Some(Some(tier)) = redis.tier(hash, *ttl, value).await {
+                return Some(Cow::Owned(tier));
+            }
+        }
+        let tier = value.and_then(|v| plans.tiers.get(v.as_ref()));
+        tier.or(plans.default.as_ref())
+            .map(|t| Cow::Borrowed(t.as_str()))
     }
 
     /// The identity builder for `rule`; Ok(None) when a part is missing and the rule skips.
@@ -176,6 +379,7 @@ impl Limiter {
         requests: &[WindowRequest],
         origins: &[&Window],
         checks: &[WindowCheck],
+        degraded: Small<(usize, OnError)>,
     ) -> LimitDecision {
         let windows = || {
             requests
@@ -188,7 +392,7 @@ impl Limiter {
             windows().filter(|(r, _, _)| !r.shadow).collect();
         let mut statuses: Vec<RateStatus> = enforced
             .iter()
-            .map(|(_, window, check)| status_of(window, check))
+            .map(|(request, window, check)| status_of(window, &request.rate, check))
             .collect();
         let worst = enforced
             .iter()
@@ -230,11 +434,22 @@ impl Limiter {
             delay,
             statuses,
             shadow_denied,
+            degraded,
         }
     }
 }
 
-fn status_of(window: &Window, check: &WindowCheck) -> RateStatus {
+/// A limit's share in one of `instances` gateways that each enforce it alone.
+fn divided(rate: &Rate, instances: u64) -> Rate {
+    Rate {
+        limit: (rate.limit / instances).max(1),
+        burst: (rate.burst / instances).max(1),
+        per: rate.per,
+    }
+}
+
+/// `rate` is the one checked: the window's own, or its local share during a store outage.
+fn status_of(window: &Window, rate: &Rate, check: &WindowCheck) -> RateStatus {
     let (remaining, reset) = match *check {
         WindowCheck::Allow {
             remaining, reset, ..
@@ -245,8 +460,8 @@ fn status_of(window: &Window, check: &WindowCheck) -> RateStatus {
     };
     RateStatus {
         policy: window.policy.clone(),
-        limit: window.rate.limit,
-        window: window.rate.per,
+        limit: rate.limit,
+        window: rate.per,
         remaining,
         reset,
     }

@@ -72,4 +72,6 @@ pub struct Plans {
     pub key: KeyPart,
     pub tiers: HashMap<Vec<u8>, String>,
     pub default: Option<String>,
+    /// A Redis hash of `identity → tier` consulted first, and how long its answers are cached.
+    pub redis_hash: Option<(String, Duration)>,
 }

@@ -15,7 +15,9 @@ use crate::clock::Nanos;
 use crate::edge::EdgeVerdict;
 use crate::limit::RateStatus;
 use crate::limit::key::RequestFacts;
-use crate::limit::limiter::LimitDecision;
+use crate::limit::limiter::{Evaluated, LimitDecision};
+use crate::limit::rules::OnError;
+use crate::metrics::{BackendKind, BackendLabel};
 use crate::respond::{self, Denial, ResponseBody};
 use crate::route::{InFlightSlot, Route};
 
@@ -34,7 +36,7 @@ pub enum Admission {
     },
 }
 
-pub fn admit(
+pub async fn admit(
     runtime: &Runtime,
     route: &Route,
     request: &Request<Incoming>,
@@ -67,16 +69,12 @@ pub fn admit(
         headers: request.headers(),
     };
     let deciding = std::time::Instant::now();
-    let decision = runtime
+    let evaluated = runtime
         .limiter
-        .evaluate(&route.limits, &facts, client.ip, now);
-    let backend = crate::metrics::BackendLabel { backend: "memory" };
-    runtime
-        .metrics
-        .store_duration
-        .get_or_create(&backend)
-        .observe(deciding.elapsed().as_secs_f64());
-    match decision {
+        .evaluate(&route.limits, &facts, client.ip, now)
+        .await;
+    record_store_call(runtime, &evaluated, deciding.elapsed());
+    match evaluated.decision {
         LimitDecision::NotLimited => Admission::Admitted {
             slot,
             statuses: Vec::new(),
@@ -87,9 +85,19 @@ pub fn admit(
             statuses,
             shadow_denied,
             applied,
+            degraded,
         } => {
             for &index in &applied {
                 runtime.limit_allowed[index].inc();
+            }
+            for (index, on_error) in degraded {
+                let decision = match on_error {
+                    OnError::Local => "fallback",
+                    OnError::Allow | OnError::Deny => "error_allowed",
+                };
+                runtime
+                    .metrics
+                    .count_limit(&runtime.limiter.rules[index].name, decision);
             }
             for limit in shadow_denied {
                 runtime.metrics.count_limit(&limit, "shadow_denied");
@@ -127,6 +135,37 @@ pub fn admit(
                 by: Some(limit),
             }
         }
+        LimitDecision::Unavailable { limit, retry_after } => {
+            runtime.metrics.count_limit(&limit, "error_denied");
+            let answer = respond::store_unavailable(&limit, retry_after, request_id);
+            Admission::Refused {
+                answer,
+                by: Some(limit),
+            }
+        }
+    }
+}
+
+/// `rlp_store_duration_seconds`, `rlp_store_errors_total` and `rlp_store_breaker_open`.
+fn record_store_call(runtime: &Runtime, evaluated: &Evaluated, took: Duration) {
+    let backend = runtime.limiter.backend();
+    let metrics = &runtime.metrics;
+    metrics
+        .store_duration
+        .get_or_create(&BackendLabel { backend })
+        .observe(took.as_secs_f64());
+    let Some(redis) = &runtime.limiter.stores().redis else {
+        return;
+    };
+    metrics
+        .store_breaker_open
+        .set(i64::from(redis.breaker_open()));
+    if let Some(error) = &evaluated.store_error {
+        let kind = error.kind();
+        metrics
+            .store_errors
+            .get_or_create(&BackendKind { backend, kind })
+            .inc();
     }
 }
 

@@ -20,12 +20,13 @@ use crate::client_ip::ClientIpPolicy;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ResponseStyle};
 use crate::edge::EdgeLayer;
-use crate::limit::limiter::Limiter;
+use crate::limit::limiter::{Limiter, Stores};
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::request_id::{self, X_REQUEST_ID};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
 use crate::store::memory::MemoryStore;
+use crate::store::redis::RedisStore;
 use admit::Admission;
 use headers::Forwarded;
 use prometheus_client::metrics::counter::Counter;
@@ -81,10 +82,7 @@ impl Runtime {
             .iter()
             .map(|u| UpstreamPool::new(u).map(Arc::new))
             .collect();
-        let store = match previous.map(|p| p.limiter.store()) {
-            Some(store) if store.max_entries() == config.store.max_entries => store.clone(),
-            _ => Arc::new(MemoryStore::new(config.store.max_entries)),
-        };
+        let stores = stores(config, previous.map(|p| p.limiter.stores()));
         let previous_edge = previous.and_then(|p| p.edge.as_ref());
         Ok(Runtime {
             router: Router::new(&config.routes),
@@ -99,7 +97,7 @@ impl Runtime {
                 config.limits.clone(),
                 config.plans.clone(),
                 config.store.hash_secret.as_deref(),
-                store,
+                stores,
             ),
             response: config.response.clone(),
             access_log: config.log.access,
@@ -126,6 +124,26 @@ impl Runtime {
     /// Starts the background work of this runtime (health checks) until `stop`.
     pub fn start_background(&self, stop: &CancellationToken) {
         health::spawn_checkers(&self.upstreams, stop);
+    }
+}
+
+/// The stores of a new runtime: the previous ones where their settings did not change, so limit
+/// state, the Redis connection, its breaker and its denied keys survive a reload.
+fn stores(config: &Config, previous: Option<&Stores>) -> Stores {
+    let memory = match previous.map(|p| &p.memory) {
+        Some(memory) if memory.max_entries() == config.store.max_entries => memory.clone(),
+        _ => Arc::new(MemoryStore::new(config.store.max_entries)),
+    };
+    let redis = config.store.redis.as_ref().map(|settings| {
+        match previous.and_then(|p| p.redis.as_ref()) {
+            Some(redis) if redis.config() == settings => redis.clone(),
+            _ => Arc::new(RedisStore::new(settings.clone())),
+        }
+    });
+    Stores {
+        memory,
+        redis,
+        fallback_instances: config.store.fallback_instances,
     }
 }
 
@@ -217,7 +235,7 @@ async fn proxy<'r>(
     log.route_metrics = Some(route_metrics);
     let counted = route_metrics.enter();
     let (slot, statuses) =
-        match admit::admit(runtime, route, &request, host_name, client_ip, request_id) {
+        match admit::admit(runtime, route, &request, host_name, client_ip, request_id).await {
             Admission::Refused { answer, by } => {
                 log.refused_by = by;
                 return Ok(answer);

@@ -1,8 +1,11 @@
-//! Where limit state lives. The memory store makes one instance exact; the Redis store (a later
-//! step) makes a fleet exact with the same semantics: every window of every limit of a request
+//! Where limit state lives. The memory store makes one instance exact; the Redis store makes a
+//! fleet exact with the same semantics: every window of every limit of a request
 //! is checked at once, and a denied request consumes nothing anywhere.
 
+pub mod breaker;
+pub mod denied;
 pub mod memory;
+pub mod redis;
 
 use std::time::Duration;
 
@@ -26,6 +29,8 @@ pub struct WindowRequest {
     pub max_delay: Duration,
     /// Windows of one limit share a group; a group is admitted or not as a whole.
     pub group: usize,
+    /// Which window of its limit this is (for Redis keys).
+    pub window: usize,
     /// A shadow group never blocks the request; it is committed only when it would allow.
     pub shadow: bool,
 }

@@ -2,6 +2,8 @@
 //! scripted handler, and a small HTTP client.
 #![allow(dead_code)]
 
+pub mod redis_server;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;

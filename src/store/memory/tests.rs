@@ -25,6 +25,7 @@ fn window(
         cost: 1,
         max_delay: Duration::ZERO,
         group,
+        window: 0,
         shadow: false,
     }
 }

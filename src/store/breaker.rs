@@ -1,0 +1,115 @@
+//! A circuit breaker for the Redis store: after `threshold` failures in a row it opens, and
+//! calls fail at once instead of each waiting out a timeout; after `open_for` one call is let
+//! through as a probe (half-open): success closes the breaker, failure opens it again.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub struct Breaker {
+    threshold: u32,
+    open_for: Duration,
+    epoch: Instant,
+    failures: AtomicU32,
+    /// Nanoseconds since `epoch` until which calls are refused; 0 while closed.
+    open_until: AtomicU64,
+    probing: AtomicBool,
+}
+
+impl Breaker {
+    pub fn new(threshold: u32, open_for: Duration) -> Breaker {
+        Breaker {
+            threshold: threshold.max(1),
+            open_for,
+            epoch: Instant::now(),
+            failures: AtomicU32::new(0),
+            open_until: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+        }
+    }
+
+    /// May a call go out now? Err carries how long until the next probe.
+    pub fn permit(&self, now: Instant) -> Result<(), Duration> {
+        let open_until = self.open_until.load(Ordering::Acquire);
+        if open_until == 0 {
+            return Ok(());
+        }
+        let now = self.since_epoch(now);
+        if now < open_until {
+            return Err(Duration::from_nanos(open_until - now));
+        }
+        // Half-open: exactly one caller probes; the others keep failing fast meanwhile.
+        match self
+            .probing
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(()),
+            Err(_) => Err(self.open_for),
+        }
+    }
+
+    pub fn succeeded(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 || self.is_open() {
+            self.failures.store(0, Ordering::Relaxed);
+            self.open_until.store(0, Ordering::Release);
+            self.probing.store(false, Ordering::Release);
+        }
+    }
+
+    pub fn failed(&self, now: Instant) {
+        let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
+        let probe_failed = self.probing.swap(false, Ordering::AcqRel);
+        if probe_failed || failures >= self.threshold {
+            let until = self.since_epoch(now) + self.open_for.as_nanos() as u64;
+            self.open_until.store(until.max(1), Ordering::Release);
+        }
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.open_until.load(Ordering::Acquire) != 0
+    }
+
+    fn since_epoch(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PAUSE: Duration = Duration::from_millis(30);
+
+    #[test]
+    fn opens_after_the_threshold_and_probes_once_after_the_pause() {
+        let start = Instant::now();
+        let breaker = Breaker::new(3, PAUSE);
+        for _ in 0..2 {
+            breaker.failed(start);
+            assert!(breaker.permit(start).is_ok(), "still closed below the threshold");
+        }
+        breaker.failed(start);
+        assert!(breaker.is_open());
+        assert_eq!(breaker.permit(start), Err(PAUSE), "open refuses at once");
+        let later = start + PAUSE;
+        assert!(breaker.permit(later).is_ok(), "the first caller probes");
+        assert!(breaker.permit(later).is_err(), "others wait for the probe");
+        breaker.failed(later);
+        assert!(breaker.permit(later + PAUSE / 2).is_err(), "a failed probe opens it again");
+        let after_second_pause = later + PAUSE;
+        assert!(breaker.permit(after_second_pause).is_ok());
+        breaker.succeeded();
+        assert!(!breaker.is_open());
+        assert!(breaker.permit(after_second_pause).is_ok());
+        assert!(breaker.permit(after_second_pause).is_ok());
+    }
+
+    #[test]
+    fn a_success_resets_the_count() {
+        let now = Instant::now();
+        let breaker = Breaker::new(2, Duration::from_secs(60));
+        breaker.failed(now);
+        breaker.succeeded();
+        breaker.failed(now);
+        assert!(!breaker.is_open());
+    }
+}

@@ -1,0 +1,455 @@
+//! The shared store: limit state in Redis or Redis Cluster, so a fleet of gateways together
+//! admits exactly the limit. Every window of a request goes to Redis in one script call (one
+//! round trip, all-or-nothing); on a cluster, one call per limit identity, concurrently, since
+//! the windows of one identity share a hash tag and so a slot. Redis' own clock decides.
+//!
+//! Key layout: `{key_prefix}{limit}:{{identity}}:{window}`, the identity being the 128-bit
+//! keyed hash in hex (never a raw key), e.g. `rl:per-key:{3f09…c1}:0`. Token bucket, GCRA and
+//! the window counters are short strings; sliding logs are sorted sets. Every write sets an
+//! expiry at the time the window is whole again, so idle keys vanish.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use redis::Script;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::OnceCell;
+
+use super::breaker::Breaker;
+use super::denied::DeniedCache;
+use super::{Small, WindowRequest};
+use crate::clock::Nanos;
+use crate::limit::{Algorithm, WindowCheck};
+
+/// Every algorithm's script, compiled into the one script a request calls, so a request that
+/// meets limits of different algorithms still makes one atomic call.
+pub const SCRIPT: &str = concat!(
+    include_str!("lua/common.lua"),
+    include_str!("lua/token_bucket.lua"),
+    include_str!("lua/gcra.lua"),
+    include_str!("lua/fixed_window.lua"),
+    include_str!("lua/sliding_window.lua"),
+    include_str!("lua/sliding_log.lua"),
+    include_str!("lua/check.lua"),
+);
+
+/// Lua numbers are doubles: integers are exact below 2^53.
+pub const EXACT_LIMIT: u64 = 1 << 53;
+
+const BREAKER_FAILURES: u32 = 5;
+const BREAKER_OPEN_FOR: Duration = Duration::from_secs(1);
+const DENIED_CAPACITY: usize = 100_000;
+const TIER_CACHE_CAPACITY: usize = 100_000;
+
+/// `[store]` for the Redis backends.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    pub cluster: bool,
+    /// One URL, or the seed nodes of a cluster. May carry a password: never log them.
+    pub urls: Vec<String>,
+    pub timeout: Duration,
+    pub key_prefix: String,
+    /// PEM roots to verify `rediss://` servers with, instead of the system's.
+    pub ca_file: Option<std::path::PathBuf>,
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("cluster", &self.cluster)
+            .field("nodes", &self.urls.len())
+            .field("timeout", &self.timeout)
+            .field("key_prefix", &self.key_prefix)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("circuit breaker open")]
+    BreakerOpen { retry_in: Duration },
+    #[error("connection: {0}")]
+    Connection(String),
+    #[error("redis answered with an error: {0}")]
+    Server(String),
+    #[error("unexpected reply: {0}")]
+    Protocol(String),
+}
+
+impl StoreError {
+    /// The `kind` label of `rlp_store_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Timeout(_) => "timeout",
+            StoreError::BreakerOpen { .. } => "breaker_open",
+            StoreError::Connection(_) => "connection",
+            StoreError::Server(_) => "server",
+            StoreError::Protocol(_) => "protocol",
+        }
+    }
+
+    /// When a client refused for this error may try again.
+    pub fn retry_in(&self) -> Duration {
+        match self {
+            StoreError::BreakerOpen { retry_in } => *retry_in,
+            _ => BREAKER_OPEN_FOR,
+        }
+    }
+}
+
+impl From<redis::RedisError> for StoreError {
+    fn from(error: redis::RedisError) -> Self {
+        if error.is_timeout() {
+            StoreError::Timeout(Duration::ZERO)
+        } else if error.is_io_error() || error.is_connection_dropped() || error.is_connection_refusal()
+        {
+            StoreError::Connection(error.to_string())
+        } else {
+            StoreError::Server(error.to_string())
+        }
+    }
+}
+
+/// What the store said about each window of a request: `None` for windows whose call failed
+/// (all of them on a single node; the identities of failed calls on a cluster).
+pub struct Outcome {
+    pub checks: Small<Option<WindowCheck>>,
+    pub error: Option<StoreError>,
+}
+
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+pub struct RedisStore {
+    config: RedisConfig,
+    connection: OnceCell<Connection>,
+    script: Script,
+    breaker: Breaker,
+    pub denied: DeniedCache,
+    tiers: TierCache,
+}
+
+impl RedisStore {
+    /// Connects lazily, on the first call, so a gateway starts (and falls back per `on_error`)
+    /// while Redis is away. The URLs were checked with the config.
+    pub fn new(config: RedisConfig) -> RedisStore {
+        RedisStore {
+            config,
+            connection: OnceCell::new(),
+            script: Script::new(SCRIPT),
+            breaker: Breaker::new(BREAKER_FAILURES, BREAKER_OPEN_FOR),
+            denied: DeniedCache::new(DENIED_CAPACITY),
+            tiers: TierCache::default(),
+        }
+    }
+
+    pub fn config(&self) -> &RedisConfig {
+        &self.config
+    }
+
+    /// The `backend` label of metrics.
+    pub fn backend(&self) -> &'static str {
+        if self.config.cluster {
+            "redis-cluster"
+        } else {
+            "redis"
+        }
+    }
+
+    pub fn breaker_open(&self) -> bool {
+        self.breaker.is_open()
+    }
+
+    /// The key of one window; `limit` is the limit's name.
+    pub fn key(&self, limit: &str, request: &WindowRequest) -> String {
+        format!(
+            "{}{}:{{{:032x}}}:{}",
+            self.config.key_prefix, limit, request.limit_identity, request.window
+        )
+    }
+
+    /// Checks every window (`keys[i]` is the key of `requests[i]`). `now` is for tests that
+    /// compare with the Rust algorithms; in service it is None and Redis' TIME decides.
+    pub async fn check_all(
+        &self,
+        requests: &[WindowRequest],
+        keys: &[String],
+        now: Option<Nanos>,
+    ) -> Outcome {
+        if let Err(retry_in) = self.breaker.permit(Instant::now()) {
+            return failed_outcome(requests.len(), StoreError::BreakerOpen { retry_in });
+        }
+        if !self.config.cluster {
+            let result = self.call(requests, keys, now).await;
+            self.record(&result);
+            return match result {
+                Ok(checks) => Outcome {
+                    checks: checks.into_iter().map(Some).collect(),
+                    error: None,
+                },
+                Err(error) => failed_outcome(requests.len(), error),
+            };
+        }
+        let spans = identity_spans(requests);
+        let calls = spans
+            .iter()
+            .map(|&(start, end)| self.call(&requests[start..end], &keys[start..end], now));
+        let results = join_all(calls).await;
+        let mut outcome = Outcome {
+            checks: Small::new(),
+            error: None,
+        };
+        for (result, &(start, end)) in results.into_iter().zip(&spans) {
+            self.record(&result);
+            match result {
+                Ok(checks) => outcome.checks.extend(checks.into_iter().map(Some)),
+                Err(error) => {
+                    outcome.checks.extend((start..end).map(|_| None));
+                    outcome.error = Some(error);
+                }
+            }
+        }
+        outcome
+    }
+
+    /// The tier stored for `field` in the hash `hash`, cached for `ttl`. None when Redis
+    /// cannot say (the caller falls back to the plans file).
+    pub async fn tier(&self, hash: &str, ttl: Duration, field: &[u8]) -> Option<Option<String>> {
+        let now = Instant::now();
+        if let Some(tier) = self.tiers.get(hash, field, now, ttl) {
+            return Some(tier);
+        }
+        self.breaker.permit(now).ok()?;
+        let read = async {
+            let mut command = redis::cmd("HGET");
+            command.arg(hash).arg(field);
+            let tier: Option<String> = match self.connection().await? {
+                Connection::Single(c) => command.query_async(&mut c.clone()).await?,
+                Connection::Cluster(c) => command.query_async(&mut c.clone()).await?,
+            };
+            Ok::<_, StoreError>(tier)
+        };
+        let result = match tokio::time::timeout(self.config.timeout, read).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(self.config.timeout)),
+        };
+        self.record(&result);
+        let tier = result.ok()?;
+        self.tiers.put(hash, field, tier.clone(), now);
+        Some(tier)
+    }
+
+    fn record<T>(&self, result: &Result<T, StoreError>) {
+        match result {
+            Ok(_) => self.breaker.succeeded(),
+            Err(error) => {
+                tracing::debug!(backend = self.backend(), %error, "limit store call failed");
+                self.breaker.failed(Instant::now());
+            }
+        }
+    }
+
+    /// One script call under the timeout.
+    async fn call(
+        &self,
+        requests: &[WindowRequest],
+        keys: &[String],
+        now: Option<Nanos>,
+    ) -> Result<Small<WindowCheck>, StoreError> {
+        let timeout = self.config.timeout;
+        match tokio::time::timeout(timeout, self.invoke(requests, keys, now)).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout(timeout)),
+        }
+    }
+
+    async fn invoke(
+        &self,
+        requests: &[WindowRequest],
+        keys: &[String],
+        now: Option<Nanos>,
+    ) -> Result<Small<WindowCheck>, StoreError> {
+        let mut invocation = self.script.prepare_invoke();
+        invocation.arg(now.map_or(String::new(), |ns| (ns / 1000).to_string()));
+        for (request, key) in requests.iter().zip(keys) {
+            invocation.key(key.as_str());
+            push_window(&mut invocation, request);
+        }
+        let reply: Vec<i64> = match self.connection().await? {
+            Connection::Single(c) => invocation.invoke_async(&mut c.clone()).await?,
+            Connection::Cluster(c) => invocation.invoke_async(&mut c.clone()).await?,
+        };
+        parse_reply(&reply, requests.len())
+    }
+
+    async fn connection(&self) -> Result<&Connection, StoreError> {
+        self.connection
+            .get_or_try_init(|| connect(&self.config))
+            .await
+    }
+}
+
+async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
+    let roots = match &config.ca_file {
+        Some(path) => Some(tokio::fs::read(path).await.map_err(|e| {
+            StoreError::Connection(format!("cannot read {}: {e}", path.display()))
+        })?),
+        None => None,
+    };
+    let certificates = |root_cert| redis::TlsCertificates {
+        client_tls: None,
+        root_cert,
+    };
+    if config.cluster {
+        let mut builder = ClusterClient::builder(config.urls.iter().map(String::as_str))
+            .connection_timeout(config.timeout.max(Duration::from_millis(250)))
+            .response_timeout(config.timeout)
+            .retries(1);
+        if roots.is_some() {
+            builder = builder.certs(certificates(roots));
+        }
+        return Ok(Connection::Cluster(builder.build()?.get_async_connection().await?));
+    }
+    let url = config.urls[0].as_str();
+    let client = match roots {
+        Some(roots) => redis::Client::build_with_tls(url, certificates(Some(roots)))?,
+        None => redis::Client::open(url)?,
+    };
+    let settings = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(250))))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(Duration::from_millis(200));
+    Ok(Connection::Single(ConnectionManager::new_lazy_with_config(
+        client, settings,
+    )?))
+}
+
+/// Nine arguments per window, as `check.lua` reads them. Times go in whole microseconds.
+fn push_window(invocation: &mut redis::ScriptInvocation<'_>, request: &WindowRequest) {
+    let rate = &request.rate;
+    let max_delay_us = u64::try_from(request.max_delay.as_micros()).unwrap_or(u64::MAX);
+    invocation
+        .arg(algorithm_code(request.algorithm))
+        .arg(request.group)
+        .arg(u8::from(request.shadow))
+        .arg(rate.limit)
+        .arg((rate.per_ns() / 1000).max(1))
+        .arg((rate.emission_interval_ns() / 1000).max(1))
+        .arg(rate.burst)
+        .arg(request.cost)
+        .arg(max_delay_us);
+}
+
+fn algorithm_code(algorithm: Algorithm) -> u8 {
+    match algorithm {
+        Algorithm::TokenBucket => 1,
+        Algorithm::Gcra => 2,
+        Algorithm::SlidingWindow => 3,
+        Algorithm::FixedWindow => 4,
+        Algorithm::SlidingLog => 5,
+    }
+}
+
+fn parse_reply(reply: &[i64], windows: usize) -> Result<Small<WindowCheck>, StoreError> {
+    if reply.len() != windows * 4 {
+        return Err(StoreError::Protocol(format!(
+            "{} integers for {windows} windows",
+            reply.len()
+        )));
+    }
+    reply
+        .chunks_exact(4)
+        .map(|w| {
+            let number = |i: usize| {
+                u64::try_from(w[i])
+                    .map_err(|_| StoreError::Protocol(format!("negative value {}", w[i])))
+            };
+            let (remaining, reset, wait) = (number(1)?, micros(number(2)?), micros(number(3)?));
+            Ok(match w[0] {
+                1 => WindowCheck::Allow {
+                    cell: [0, 0],
+                    remaining,
+                    reset,
+                    delay: wait,
+                },
+                _ => WindowCheck::Deny {
+                    retry_after: wait,
+                    remaining,
+                    reset,
+                },
+            })
+        })
+        .collect()
+}
+
+fn micros(us: u64) -> Duration {
+    Duration::from_micros(us)
+}
+
+/// The `[start, end)` index ranges of the windows of each identity (adjacent, as the limiter
+/// builds them).
+fn identity_spans(requests: &[WindowRequest]) -> Small<(usize, usize)> {
+    let mut spans = Small::new();
+    let mut start = 0;
+    while start < requests.len() {
+        let identity = requests[start].limit_identity;
+        let end = start
+            + requests[start..]
+                .iter()
+                .take_while(|r| r.limit_identity == identity)
+                .count();
+        spans.push((start, end));
+        start = end;
+    }
+    spans
+}
+
+fn failed_outcome(windows: usize, error: StoreError) -> Outcome {
+    Outcome {
+        checks: (0..windows).map(|_| None).collect(),
+        error: Some(error),
+    }
+}
+
+/// The parse error without the URL itself, which may hold a password.
+pub fn describe_url_error(error: &redis::RedisError) -> String {
+    let detail = error.detail().unwrap_or_default();
+    let detail = if detail.contains('@') { "" } else { detail };
+    format!(
+        "expected redis://[user:password@]host[:port][/db] or rediss://… ({}{}{})",
+        error.category(),
+        if detail.is_empty() { "" } else { ": " },
+        detail
+    )
+}
+
+/// Tiers read from Redis, by hash and field, for a short while.
+#[derive(Default)]
+struct TierCache {
+    entries: Mutex<std::collections::HashMap<(String, Vec<u8>), (Option<String>, Instant)>>,
+}
+
+impl TierCache {
+    fn get(&self, hash: &str, field: &[u8], now: Instant, ttl: Duration) -> Option<Option<String>> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let (tier, fetched) = entries.get(&(hash.to_string(), field.to_vec()))?;
+        (now.saturating_duration_since(*fetched) < ttl).then(|| tier.clone())
+    }
+
+    fn put(&self, hash: &str, field: &[u8], tier: Option<String>, now: Instant) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= TIER_CACHE_CAPACITY {
+            // Bounded: start over rather than grow; the next requests re-read their tiers.
+            entries.clear();
+        }
+        entries.insert((hash.to_string(), field.to_vec()), (tier, now));
+    }
+}

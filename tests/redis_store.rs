@@ -1,0 +1,180 @@
+//! The Redis store against the Rust algorithms: the Lua scripts, called with an explicit `now`
+//! on a real redis-server, must give the memory store's answers on the same inputs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis_server::RedisServer;
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use ratelimit_proxy::limit::{Algorithm, Rate, WindowCheck};
+use ratelimit_proxy::store::memory::MemoryStore;
+use ratelimit_proxy::store::redis::{RedisConfig, RedisStore};
+use ratelimit_proxy::store::{Small, WindowRequest};
+
+/// A realistic Unix time in µs, as Redis TIME gives it.
+const START_US: u64 = 1_764_000_000_000_000;
+
+const ALGORITHMS: [Algorithm; 5] = [
+    Algorithm::TokenBucket,
+    Algorithm::Gcra,
+    Algorithm::SlidingWindow,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingLog,
+];
+
+/// Limits that divide a second into whole microseconds, so both sides refill alike (the Redis
+/// store counts in µs; see README).
+const LIMITS: [u64; 9] = [1, 2, 4, 5, 8, 10, 16, 20, 25];
+const PERIODS_S: [u64; 4] = [1, 2, 10, 60];
+
+#[derive(Debug, Clone)]
+struct Case {
+    windows: Vec<WindowRequest>,
+    /// (µs since the previous step, cost)
+    steps: Vec<(u64, u64)>,
+}
+
+fn window_strategy() -> impl Strategy<Value = (usize, usize, usize, u64, bool)> {
+    (0..5usize, 0..LIMITS.len(), 0..PERIODS_S.len(), 0..3u64, any::<bool>())
+}
+
+fn case_strategy() -> impl Strategy<Value = Case> {
+    let windows = prop::collection::vec(window_strategy(), 1..=3);
+    let steps = prop::collection::vec(
+        (
+            prop_oneof![Just(0u64), 0..50_000u64, 0..3_000_000u64],
+            1..=3u64,
+        ),
+        1..40,
+    );
+    (windows, steps, any::<u128>()).prop_map(|(windows, steps, seed)| {
+        // The first two windows form one limit (same algorithm), a third is another limit.
+        let first_algorithm = ALGORITHMS[windows[0].0];
+        let windows = windows
+            .iter()
+            .enumerate()
+            .map(|(i, &(algorithm, limit, per, burst_extra, delay))| {
+                let group = usize::from(i == 2);
+                let algorithm = if group == 0 {
+                    first_algorithm
+                } else {
+                    ALGORITHMS[algorithm]
+                };
+                let limit = LIMITS[limit];
+                let limit_identity = seed.wrapping_add(group as u128);
+                WindowRequest {
+                    identity: limit_identity ^ (i as u128 + 1) << 64,
+                    limit_identity,
+                    algorithm,
+                    rate: Rate {
+                        limit,
+                        per: Duration::from_secs(PERIODS_S[per]),
+                        burst: limit + burst_extra,
+                    },
+                    cost: 1,
+                    max_delay: if delay && algorithm.is_bucket() {
+                        Duration::from_millis(700)
+                    } else {
+                        Duration::ZERO
+                    },
+                    group,
+                    window: i,
+                    shadow: false,
+                }
+            })
+            .collect();
+        Case { windows, steps }
+    })
+}
+
+fn same_answer(memory: &WindowCheck, redis: &WindowCheck) -> bool {
+    // Waits may differ below a microsecond (integer division in ns vs µs).
+    let close = |a: Duration, b: Duration| a.abs_diff(b) < Duration::from_micros(1);
+    match (memory, redis) {
+        (
+            WindowCheck::Allow {
+                remaining: r1,
+                reset: t1,
+                delay: d1,
+                ..
+            },
+            WindowCheck::Allow {
+                remaining: r2,
+                reset: t2,
+                delay: d2,
+                ..
+            },
+        ) => r1 == r2 && t1 == t2 && close(*d1, *d2),
+        (
+            WindowCheck::Deny {
+                retry_after: w1,
+                remaining: r1,
+                reset: t1,
+            },
+            WindowCheck::Deny {
+                retry_after: w2,
+                remaining: r2,
+                reset: t2,
+            },
+        ) => r1 == r2 && t1 == t2 && close(*w1, *w2),
+        _ => false,
+    }
+}
+
+#[test]
+fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = RedisStore::new(RedisConfig {
+        cluster: false,
+        urls: vec![server.url()],
+        timeout: Duration::from_secs(5),
+        key_prefix: "diff:".to_string(),
+        ca_file: None,
+    });
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 200,
+        ..ProptestConfig::default()
+    });
+    // Shrinking replays a case: each run gets keys of its own.
+    let runs = std::sync::atomic::AtomicU64::new(0);
+    runner
+        .run(&case_strategy(), |case| {
+            let run = runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let memory = MemoryStore::new(1 << 16);
+            let keys: Vec<String> = case
+                .windows
+                .iter()
+                .map(|w| store.key(&format!("run{run}-limit{}", w.group), w))
+                .collect();
+            let mut now_us = START_US;
+            for (step, &(advance, cost)) in case.steps.iter().enumerate() {
+                now_us += advance;
+                let now_ns = now_us * 1000;
+                let requests: Vec<WindowRequest> = case
+                    .windows
+                    .iter()
+                    .map(|w| WindowRequest { cost, ..w.clone() })
+                    .collect();
+                let expected = memory.check_all(&requests, now_ns);
+                let outcome = runtime.block_on(store.check_all(&requests, &keys, Some(now_ns)));
+                prop_assert!(outcome.error.is_none(), "store error: {:?}", outcome.error);
+                let actual: Small<WindowCheck> = outcome.checks.into_iter().flatten().collect();
+                for (i, (m, r)) in expected.iter().zip(&actual).enumerate() {
+                    prop_assert!(
+                        same_answer(m, r),
+                        "step {step} (t+{advance}µs, cost {cost}), window {i} {:?} {:?}: rust {m:?}, lua {r:?}",
+                        requests[i].algorithm,
+                        requests[i].rate
+                    );
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+}
