@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use futures_util::FutureExt;
 use http::{HeaderMap, HeaderValue};
 use ratelimit_proxy::client_ip::{ClientIpPolicy, ForwardHeader};
 use ratelimit_proxy::clock::{Clock, SystemClock};
 use ratelimit_proxy::edge::{EdgeLayer, EdgePolicy};
 use ratelimit_proxy::ip_set::IpSet;
 use ratelimit_proxy::limit::key::{KeyPart, Missing, RequestFacts};
-use futures_util::FutureExt;
 use ratelimit_proxy::limit::limiter::{Limiter, RouteLimits, Stores};
 use ratelimit_proxy::limit::rules::{LimitRule, OnError, Window};
 use ratelimit_proxy::limit::{Algorithm, Rate};

@@ -37,7 +37,13 @@ struct Case {
 }
 
 fn window_strategy() -> impl Strategy<Value = (usize, usize, usize, u64, bool)> {
-    (0..5usize, 0..LIMITS.len(), 0..PERIODS_S.len(), 0..3u64, any::<bool>())
+    (
+        0..5usize,
+        0..LIMITS.len(),
+        0..PERIODS_S.len(),
+        0..3u64,
+        any::<bool>(),
+    )
 }
 
 fn case_strategy() -> impl Strategy<Value = Case> {

@@ -134,12 +134,15 @@ fn stores(config: &Config, previous: Option<&Stores>) -> Stores {
         Some(memory) if memory.max_entries() == config.store.max_entries => memory.clone(),
         _ => Arc::new(MemoryStore::new(config.store.max_entries)),
     };
-    let redis = config.store.redis.as_ref().map(|settings| {
-        match previous.and_then(|p| p.redis.as_ref()) {
-            Some(redis) if redis.config() == settings => redis.clone(),
-            _ => Arc::new(RedisStore::new(settings.clone())),
-        }
-    });
+    let redis =
+        config
+            .store
+            .redis
+            .as_ref()
+            .map(|settings| match previous.and_then(|p| p.redis.as_ref()) {
+                Some(redis) if redis.config() == settings => redis.clone(),
+                _ => Arc::new(RedisStore::new(settings.clone())),
+            });
     Stores {
         memory,
         redis,

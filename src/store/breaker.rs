@@ -85,7 +85,10 @@ mod tests {
         let breaker = Breaker::new(3, PAUSE);
         for _ in 0..2 {
             breaker.failed(start);
-            assert!(breaker.permit(start).is_ok(), "still closed below the threshold");
+            assert!(
+                breaker.permit(start).is_ok(),
+                "still closed below the threshold"
+            );
         }
         breaker.failed(start);
         assert!(breaker.is_open());
@@ -94,7 +97,10 @@ mod tests {
         assert!(breaker.permit(later).is_ok(), "the first caller probes");
         assert!(breaker.permit(later).is_err(), "others wait for the probe");
         breaker.failed(later);
-        assert!(breaker.permit(later + PAUSE / 2).is_err(), "a failed probe opens it again");
+        assert!(
+            breaker.permit(later + PAUSE / 2).is_err(),
+            "a failed probe opens it again"
+        );
         let after_second_pause = later + PAUSE;
         assert!(breaker.permit(after_second_pause).is_ok());
         breaker.succeeded();

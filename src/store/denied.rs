@@ -103,7 +103,9 @@ impl DeniedCache {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]
@@ -134,9 +136,15 @@ mod tests {
         assert_eq!(hit.retry_after, Duration::from_secs(3));
         assert_eq!(hit.statuses[0].reset, Duration::from_secs(28));
         assert!(cache.lookup(7, 5, 102 * SECOND).is_some());
-        assert!(cache.lookup(7, 1, 102 * SECOND).is_none(), "a cheaper request may pass");
+        assert!(
+            cache.lookup(7, 1, 102 * SECOND).is_none(),
+            "a cheaper request may pass"
+        );
         assert!(cache.lookup(8, 2, 102 * SECOND).is_none());
-        assert!(cache.lookup(7, 2, 105 * SECOND).is_none(), "gone at the retry time");
+        assert!(
+            cache.lookup(7, 2, 105 * SECOND).is_none(),
+            "gone at the retry time"
+        );
         assert!(cache.is_empty());
     }
 

@@ -106,7 +106,9 @@ impl From<redis::RedisError> for StoreError {
     fn from(error: redis::RedisError) -> Self {
         if error.is_timeout() {
             StoreError::Timeout(Duration::ZERO)
-        } else if error.is_io_error() || error.is_connection_dropped() || error.is_connection_refusal()
+        } else if error.is_io_error()
+            || error.is_connection_dropped()
+            || error.is_connection_refusal()
         {
             StoreError::Connection(error.to_string())
         } else {
@@ -297,12 +299,13 @@ impl RedisStore {
 }
 
 async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
-    let roots = match &config.ca_file {
-        Some(path) => Some(tokio::fs::read(path).await.map_err(|e| {
-            StoreError::Connection(format!("cannot read {}: {e}", path.display()))
-        })?),
-        None => None,
-    };
+    let roots =
+        match &config.ca_file {
+            Some(path) => Some(tokio::fs::read(path).await.map_err(|e| {
+                StoreError::Connection(format!("cannot read {}: {e}", path.display()))
+            })?),
+            None => None,
+        };
     let certificates = |root_cert| redis::TlsCertificates {
         client_tls: None,
         root_cert,
@@ -315,7 +318,9 @@ async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
         if roots.is_some() {
             builder = builder.certs(certificates(roots));
         }
-        return Ok(Connection::Cluster(builder.build()?.get_async_connection().await?));
+        return Ok(Connection::Cluster(
+            builder.build()?.get_async_connection().await?,
+        ));
     }
     let url = config.urls[0].as_str();
     let client = match roots {

@@ -9,6 +9,8 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// Serves TLS only (on `port`), with these PEM files in `dir`.
+    tls: bool,
     child: Option<Child>,
 }
 
@@ -27,13 +29,36 @@ impl RedisServer {
 
     /// With extra `redis-server` arguments (`--requirepass x`, TLS, cluster mode...).
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::start_in_mode(extra, None)
+    }
+
+    /// TLS only, with a certificate chain and key (PEM); clients need no certificate.
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> RedisServer {
+        RedisServer::start_in_mode(&[], Some((cert_pem, key_pem)))
+    }
+
+    fn start_in_mode(extra: &[&str], tls: Option<(&str, &str)>) -> RedisServer {
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("rlp-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        if let Some((cert, key)) = tls {
+            std::fs::write(dir.join("server.crt"), cert).unwrap();
+            std::fs::write(dir.join("server.key"), key).unwrap();
+            for (option, file) in [
+                ("--tls-cert-file", "server.crt"),
+                ("--tls-key-file", "server.key"),
+            ] {
+                extra.push(option.to_string());
+                extra.push(dir.join(file).display().to_string());
+            }
+            extra.extend(["--tls-auth-clients", "no"].map(String::from));
+        }
         let mut server = RedisServer {
             port,
             dir,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra,
+            tls: tls.is_some(),
             child: None,
         };
         server.spawn();
@@ -77,11 +102,32 @@ impl RedisServer {
             .map_or(0, |n| n.parse().expect("a call count"))
     }
 
+    /// Every command's call count (INFO commandstats), by lowercase name.
+    pub fn all_calls(&self) -> std::collections::HashMap<String, u64> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.connection())
+            .expect("INFO commandstats");
+        info.lines()
+            .filter_map(|line| {
+                let (command, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+                let calls = rest.split(',').next()?.parse().ok()?;
+                Some((command.to_string(), calls))
+            })
+            .collect()
+    }
+
     fn spawn(&mut self) {
         let port = self.port.to_string();
         let mut command = Command::new("redis-server");
+        let ports = if self.tls {
+            ["--port", "0", "--tls-port", &port]
+        } else {
+            ["--port", &port, "--port", &port]
+        };
         command
-            .args(["--port", &port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(ports)
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
             .args(&self.extra)
@@ -105,7 +151,10 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server on port {} did not start within 10 s", self.port);
+        panic!(
+            "redis-server on port {} did not start within 10 s",
+            self.port
+        );
     }
 }
 
@@ -146,7 +195,9 @@ impl RedisCluster {
             .args(["--cluster-replicas", "0", "--cluster-yes"])
             .output()
             .unwrap_or_else(|e| {
-                panic!("cannot run redis-cli ({e}): install it with `apt-get install -y redis-tools`")
+                panic!(
+                    "cannot run redis-cli ({e}): install it with `apt-get install -y redis-tools`"
+                )
             });
         assert!(
             output.status.success(),
