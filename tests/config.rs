@@ -150,17 +150,76 @@ methods = ["G E T"]
 }
 
 #[test]
-fn keys_of_backends_not_built_yet_are_refused_not_ignored() {
-    for section in [
-        "[store]\nbackend = \"redis\"",
-        "[store]\nurl = \"redis://127.0.0.1:6379\"",
-    ] {
-        let lines = problems(&format!("{VALID}\n{section}\n"));
+fn redis_store_mistakes_name_their_key_and_what_was_expected() {
+    let limit = "[[limits]]\nname = \"l\"\nkey = [\"ip\"]\nalgorithm = \"sliding_window\"\nrates = [{ limit = 200000, per = \"1d\" }]\n";
+    let cases: [(&str, &str, &str); 9] = [
+        ("[store]\nbackend = \"redis\"", "store.url", "needs url"),
+        (
+            "[store]\nurl = \"redis://127.0.0.1:6379\"",
+            "store.url",
+            "only applies to backend",
+        ),
+        (
+            "[store]\nbackend = \"redis\"\nurl = \"http://127.0.0.1:6379\"",
+            "store.url",
+            "redis:// or rediss://",
+        ),
+        (
+            "[store]\nbackend = \"redis-cluster\"\nurls = []",
+            "store.urls",
+            "at least one seed node",
+        ),
+        (
+            "[store]\nbackend = \"redis-cluster\"\nurls = [\"redis://a:1\", \"tcp://b\"]",
+            "store.urls[1]",
+            "redis://",
+        ),
+        (
+            "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\nkey_prefix = \"{x}\"",
+            "store.key_prefix",
+            "hash tag",
+        ),
+        (
+            "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\nfallback_instances = 0",
+            "store.fallback_instances",
+            "expected",
+        ),
+        (
+            "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\nca_file = \"/nonexistent.pem\"",
+            "store.ca_file",
+            "cannot read",
+        ),
+        (
+            "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"",
+            "limits[0].rates",
+            "2^53",
+        ),
+    ];
+    for (section, path, expected) in cases {
+        let lines = problems(&format!("{VALID}\n{section}\n{limit}"));
         assert!(
-            lines.iter().any(|l| l.contains("not supported yet")),
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("gw.toml: {path}: ")) && l.contains(expected)),
             "{section}: {lines:?}"
         );
     }
+    let hash_without_redis = "[plans]\nkey = \"ip\"\nredis_hash = \"tiers\"\n";
+    let lines = problems(&format!("{VALID}\n{hash_without_redis}"));
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("plans.redis_hash") && l.contains("needs store.backend")),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_password_in_a_bad_redis_url_is_not_echoed() {
+    let section = "[store]\nbackend = \"redis\"\nurl = \"redis://u:hunter2@host:notaport/0\"\n";
+    let lines = problems(&format!("{VALID}\n{section}"));
+    assert!(lines.iter().any(|l| l.contains("store.url")), "{lines:?}");
+    assert!(lines.iter().all(|l| !l.contains("hunter2")), "{lines:?}");
 }
 
 #[test]

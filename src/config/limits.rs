@@ -656,7 +656,7 @@ fn format_per(per: Duration) -> String {
         ("m", 60_000),
         ("s", 1000),
     ] {
-        if ms % size == 0 {
+        if ms.is_multiple_of(size) {
             return format!("{}{unit}", ms / size);
         }
     }

@@ -338,10 +338,9 @@ impl Limiter {
         };
         if let (Some(value), Some((hash, ttl)), Some(redis)) =
             (&value, &plans.redis_hash, &self.stores.redis)
+            && let Some(Some(tier)) = redis.tier(hash, *ttl, value).await
         {
-            if let Some(Some(tier)) = redis.tier(hash, *ttl, value).await {
-                return Some(Cow::Owned(tier));
-            }
+            return Some(Cow::Owned(tier));
         }
         let tier = value.and_then(|v| plans.tiers.get(v.as_ref()));
         tier.or(plans.default.as_ref())

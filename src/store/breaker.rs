@@ -81,8 +81,8 @@ mod tests {
 
     #[test]
     fn opens_after_the_threshold_and_probes_once_after_the_pause() {
-        let start = Instant::now();
         let breaker = Breaker::new(3, PAUSE);
+        let start = Instant::now();
         for _ in 0..2 {
             breaker.failed(start);
             assert!(
@@ -111,8 +111,8 @@ mod tests {
 
     #[test]
     fn a_success_resets_the_count() {
-        let now = Instant::now();
         let breaker = Breaker::new(2, Duration::from_secs(60));
+        let now = Instant::now();
         breaker.failed(now);
         breaker.succeeded();
         breaker.failed(now);

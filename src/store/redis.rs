@@ -436,10 +436,13 @@ pub fn describe_url_error(error: &redis::RedisError) -> String {
     )
 }
 
+/// (hash, field) → (tier, when it was read).
+type TierEntries = std::collections::HashMap<(String, Vec<u8>), (Option<String>, Instant)>;
+
 /// Tiers read from Redis, by hash and field, for a short while.
 #[derive(Default)]
 struct TierCache {
-    entries: Mutex<std::collections::HashMap<(String, Vec<u8>), (Option<String>, Instant)>>,
+    entries: Mutex<TierEntries>,
 }
 
 impl TierCache {
