@@ -59,12 +59,12 @@ limits = ["per-key", "per-ip"]
 [[limits]]
 name = "per-key"
 key = ["header:x-api-key"]
-rates = [{ limit = 100000000, per = "1m" }, { limit = 1000000000, per = "1d" }]
+rates = [{ limit = 10000000, per = "1m" }, { limit = 1000000000, per = "1d" }]
 [[limits]]
 name = "per-ip"
 key = ["ip", "route"]
 algorithm = "sliding_window"
-rates = [{ limit = 100000000, per = "1m" }, { limit = 1000000000, per = "1h" }]
+rates = [{ limit = 1000000, per = "1m" }, { limit = 2000000, per = "1h" }]
 TOML
 # The same two limits in Redis (one EVALSHA per request), on a redis-server of its own.
 REDIS_PORT=$(free_port)

@@ -111,14 +111,15 @@ async fn three_gateways_sharing_one_redis_admit_exactly_the_limit_in_total() {
     // All-or-nothing: the 55 requests the 5/h window refused took nothing from the 100/h one.
     let wide = keys(&server, "fleet:two-windows:*:0");
     assert_eq!(wide.len(), 1);
-    let state: String = redis::cmd("GET")
+    // A token bucket is stored as the time (µs) it is full again.
+    let full_at: u64 = redis::cmd("GET")
         .arg(&wide[0])
         .query(&mut server.connection())
         .unwrap();
-    let credit: f64 = state.split(':').next().unwrap().parse().unwrap();
-    let interval_us = 36_000_000.0;
-    let consumed = ((100.0 * interval_us - credit) / interval_us).ceil();
-    assert_eq!(consumed, 5.0, "state {state}");
+    let (seconds, micros): (u64, u64) = redis::cmd("TIME").query(&mut server.connection()).unwrap();
+    let interval_us = 36_000_000;
+    let consumed = (full_at - (seconds * 1_000_000 + micros)).div_ceil(interval_us);
+    assert_eq!(consumed, 5, "full at {full_at}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,10 +204,19 @@ async fn every_key_expires_and_none_holds_an_api_key_in_clear() {
         let (limit, rest) = key.strip_prefix("rl:").unwrap().split_once(":{").unwrap();
         assert!(algorithms.contains(&limit), "{key}");
         let (identity, window) = rest.split_once("}:").unwrap();
+        let base64url = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
         assert!(
-            identity.len() == 32 && identity.chars().all(|c| c.is_ascii_hexdigit()),
+            identity.len() == 22 && identity.chars().all(base64url),
             "{key}"
         );
+        let usage: u64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .query(&mut server.connection())
+            .unwrap();
+        if limit != "sliding_log" {
+            assert!(usage < 120, "{key}: {usage} bytes");
+        }
         assert!(window == "0" || window == "1", "{key}");
     }
 }

@@ -186,6 +186,17 @@ pub(super) fn check_redis_arithmetic(limits: &[LimitRule], problems: &mut Proble
                     format!("{} per {:?} is too large for exact sliding_window arithmetic in Redis (limit × window in µs must stay below 2^53); use a shorter window or token_bucket", rate.limit, rate.per),
                 );
             }
+            let counter_bits = match rule.algorithm {
+                Algorithm::SlidingWindow => 23,
+                Algorithm::FixedWindow => 33,
+                _ => 64,
+            };
+            if rate.limit >= 1 << counter_bits.min(63) {
+                problems.push(
+                    format!("limits[{i}].rates"),
+                    format!("{} per {:?} is above what the Redis store counts for {} (below 2^{counter_bits})", rate.limit, rate.per, rule.algorithm.name()),
+                );
+            }
             if rule.algorithm.is_bucket() && rate.emission_interval_ns() < 1000 {
                 problems.push(
                     format!("limits[{i}].rates"),

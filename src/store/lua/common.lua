@@ -1,6 +1,9 @@
 -- Shared by every algorithm. Redis runs Lua 5.1, whose numbers are doubles: every quantity
 -- here is a whole number of microseconds or requests below 2^53, so the arithmetic is exact
 -- (the gateway refuses configurations that could leave that range).
+--
+-- Each window's state is one integer below 2^53, which Redis stores inside the key's object
+-- (no separate string): the smallest a key can be.
 local floor = math.floor
 
 local function int(n)
@@ -8,7 +11,7 @@ local function int(n)
 end
 
 -- A reply for one window: allowed, remaining, reset, wait (retry_after when denied, the delay
--- when allowed), then what to store and for how long (allowed only).
+-- when allowed), then the state to store and for how long (allowed only).
 local function allow(remaining, reset, delay, state, ttl)
   return { true, remaining, reset, delay, state, ttl }
 end
@@ -17,18 +20,30 @@ local function deny(remaining, reset, retry_after)
   return { false, remaining, reset, retry_after }
 end
 
--- The string value of a cell, split on ':' into numbers; nil when absent or foreign.
-local function cell(key, fields)
-  local stored = redis.call('GET', key)
-  if not stored then
+-- The stored integer, or nil when the key is absent or holds something else.
+local function stored(key)
+  local value = redis.call('GET', key)
+  if not value then
     return nil
   end
-  local values = {}
-  for part in string.gmatch(stored, '[^:]+') do
-    values[#values + 1] = tonumber(part)
+  return tonumber(value)
+end
+
+-- Splits a stored integer into fields of the given bit widths (most significant first).
+local function unpack_fields(value, widths)
+  local fields = {}
+  for i = #widths, 1, -1 do
+    local base = 2 ^ widths[i]
+    fields[i] = value % base
+    value = floor(value / base)
   end
-  if #values ~= fields then
-    return nil
+  return fields
+end
+
+local function pack_fields(fields, widths)
+  local value = 0
+  for i = 1, #widths do
+    value = value * 2 ^ widths[i] + fields[i]
   end
-  return values
+  return value
 end

@@ -1,15 +1,24 @@
--- fixed_window: calendar window index (+1) and its count. Mirrors src/limit/fixed_window.rs.
+-- fixed_window: the count of the current calendar window. Mirrors src/limit/fixed_window.rs.
+-- Stored as (window index mod 2^20, count < 2^33): the key expires when its window ends, so
+-- a state 2^20 windows old never exists to be mistaken for the current one.
+local FIXED_FIELDS = { 20, 33 }
+
 local function check_fixed_window(key, now, w)
   local per = w.per
   local index = floor(now / per)
+  local tag = index % 2 ^ 20
   local count = 0
-  local stored = cell(key, 2)
-  if stored and stored[1] == index + 1 then
-    count = stored[2]
+  local value = stored(key)
+  if value then
+    local fields = unpack_fields(value, FIXED_FIELDS)
+    if fields[1] == tag then
+      count = fields[2]
+    end
   end
   local reset = (index + 1) * per - now
   if count + w.cost > w.limit then
     return deny(math.max(w.limit - count, 0), reset, reset)
   end
-  return allow(w.limit - count - w.cost, reset, 0, int(index + 1) .. ':' .. int(count + w.cost), reset)
+  return allow(w.limit - count - w.cost, reset, 0,
+    int(pack_fields({ tag, count + w.cost }, FIXED_FIELDS)), reset)
 end

@@ -1,11 +1,11 @@
--- gcra: the theoretical arrival time (TAT) alone. Mirrors src/limit/gcra.rs.
+-- gcra: the theoretical arrival time (TAT), in µs. Mirrors src/limit/gcra.rs.
 local function check_gcra(key, now, w)
   local interval = w.interval
   local tolerance = interval * w.burst
-  local stored = cell(key, 1)
+  local tat = stored(key)
   local start = now
-  if stored then
-    start = math.max(stored[1], now)
+  if tat then
+    start = math.max(tat, now)
   end
   local ahead = start + interval * w.cost - now
   local slack = tolerance + w.max_delay

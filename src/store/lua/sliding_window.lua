@@ -1,5 +1,9 @@
 -- sliding_window: the previous and current calendar counts, the previous one weighted by how
 -- much of it still overlaps the sliding window. Mirrors src/limit/sliding_window.rs.
+-- Stored as (window index mod 2^7, previous < 2^23, current < 2^23): the key expires two
+-- windows after its last write, so an index 128 windows old never exists to be misread.
+local SLIDING_FIELDS = { 7, 23, 23 }
+
 local function sliding_retry_after(prev, curr, elapsed, per, limit, cost)
   local left_in_window = per - elapsed
   if curr + cost <= limit and prev > 0 then
@@ -19,13 +23,17 @@ end
 local function check_sliding_window(key, now, w)
   local per, limit, cost = w.per, w.limit, w.cost
   local index = floor(now / per)
+  local tag = index % 2 ^ 7
   local elapsed = now - index * per
   local prev, curr = 0, 0
-  local stored = cell(key, 3)
-  if stored and stored[1] == index + 1 then
-    prev, curr = stored[2], stored[3]
-  elseif stored and stored[1] == index then
-    prev = stored[3]
+  local value = stored(key)
+  if value then
+    local fields = unpack_fields(value, SLIDING_FIELDS)
+    if fields[1] == tag then
+      prev, curr = fields[2], fields[3]
+    elseif fields[1] == (index - 1) % 2 ^ 7 then
+      prev = fields[3]
+    end
   end
   local weight_left = per - elapsed
   local used = prev * weight_left + curr * per
@@ -36,5 +44,5 @@ local function check_sliding_window(key, now, w)
   end
   curr = curr + cost
   local remaining = floor((limit * per - prev * weight_left - curr * per) / per)
-  return allow(remaining, reset, 0, int(index + 1) .. ':' .. int(prev) .. ':' .. int(curr), reset)
+  return allow(remaining, reset, 0, int(pack_fields({ tag, prev, curr }, SLIDING_FIELDS)), reset)
 end

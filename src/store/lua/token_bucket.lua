@@ -1,12 +1,14 @@
--- token_bucket: credit (µs of refill time, negative while requests wait their delay) and the
--- time it was last updated. Mirrors src/limit/token_bucket.rs.
+-- token_bucket: credit (µs of refill time, negative while requests wait their delay) with lazy
+-- refill. Mirrors src/limit/token_bucket.rs. Stored as one number, the time the bucket is full
+-- again: credit at `now` is capacity - max(full_at - now, 0), which is the Rust
+-- min(credit + elapsed, capacity) for the same history.
 local function check_token_bucket(key, now, w)
   local interval = w.interval
   local capacity = interval * w.burst
   local credit = capacity
-  local stored = cell(key, 2)
-  if stored then
-    credit = math.min(stored[1] + math.max(now - stored[2], 0), capacity)
+  local full_at = stored(key)
+  if full_at then
+    credit = capacity - math.max(full_at - now, 0)
   end
   local after = credit - interval * w.cost
   if after < -w.max_delay then
@@ -14,5 +16,5 @@ local function check_token_bucket(key, now, w)
   end
   local reset = capacity - after
   return allow(floor(math.max(after, 0) / interval), reset, math.max(-after, 0),
-    int(after) .. ':' .. int(now), reset)
+    int(now + reset), reset)
 end
