@@ -20,9 +20,9 @@ local function deny(remaining, reset, retry_after)
   return { false, remaining, reset, retry_after }
 end
 
--- The stored integer, or nil when the key is absent or holds something else.
-local function stored(key)
-  local value = redis.call('GET', key)
+-- The stored integer (`value` as MGET read it), or nil when the key is absent or holds
+-- something else.
+local function stored(value)
   if not value then
     return nil
   end

@@ -3,14 +3,14 @@
 -- a state 2^20 windows old never exists to be mistaken for the current one.
 local FIXED_FIELDS = { 20, 33 }
 
-local function check_fixed_window(key, now, w)
+local function check_fixed_window(value, now, w)
   local per = w.per
   local index = floor(now / per)
   local tag = index % 2 ^ 20
   local count = 0
-  local value = stored(key)
-  if value then
-    local fields = unpack_fields(value, FIXED_FIELDS)
+  local state = stored(value)
+  if state then
+    local fields = unpack_fields(state, FIXED_FIELDS)
     if fields[1] == tag then
       count = fields[2]
     end

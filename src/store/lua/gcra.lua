@@ -1,8 +1,8 @@
 -- gcra: the theoretical arrival time (TAT), in µs. Mirrors src/limit/gcra.rs.
-local function check_gcra(key, now, w)
+local function check_gcra(value, now, w)
   local interval = w.interval
   local tolerance = interval * w.burst
-  local tat = stored(key)
+  local tat = stored(value)
   local start = now
   if tat then
     start = math.max(tat, now)

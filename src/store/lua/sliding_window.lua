@@ -20,15 +20,15 @@ local function sliding_retry_after(prev, curr, elapsed, per, limit, cost)
   return left_in_window + wait_next
 end
 
-local function check_sliding_window(key, now, w)
+local function check_sliding_window(value, now, w)
   local per, limit, cost = w.per, w.limit, w.cost
   local index = floor(now / per)
   local tag = index % 2 ^ 7
   local elapsed = now - index * per
   local prev, curr = 0, 0
-  local value = stored(key)
-  if value then
-    local fields = unpack_fields(value, SLIDING_FIELDS)
+  local state = stored(value)
+  if state then
+    local fields = unpack_fields(state, SLIDING_FIELDS)
     if fields[1] == tag then
       prev, curr = fields[2], fields[3]
     elseif fields[1] == (index - 1) % 2 ^ 7 then

@@ -2,11 +2,11 @@
 -- refill. Mirrors src/limit/token_bucket.rs. Stored as one number, the time the bucket is full
 -- again: credit at `now` is capacity - max(full_at - now, 0), which is the Rust
 -- min(credit + elapsed, capacity) for the same history.
-local function check_token_bucket(key, now, w)
+local function check_token_bucket(value, now, w)
   local interval = w.interval
   local capacity = interval * w.burst
   local credit = capacity
-  local full_at = stored(key)
+  local full_at = stored(value)
   if full_at then
     credit = capacity - math.max(full_at - now, 0)
   end
