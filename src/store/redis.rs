@@ -283,15 +283,33 @@ impl RedisStore {
         keys: &[String],
         now: Option<Nanos>,
     ) -> Result<Small<WindowCheck>, StoreError> {
-        let mut invocation = self.script.prepare_invoke();
-        invocation.arg(now.map_or(String::new(), |ns| (ns / 1000).to_string()));
-        for (request, key) in requests.iter().zip(keys) {
-            invocation.key(key.as_str());
-            push_window(&mut invocation, request);
+        // EVALSHA built as one command (one buffer; `ScriptInvocation` would allocate each
+        // argument apart and copy them again).
+        let mut command = redis::cmd("EVALSHA");
+        command.arg(self.script.get_hash()).arg(keys.len());
+        for key in keys {
+            command.arg(key.as_str());
         }
-        let reply: Vec<i64> = match self.connection().await? {
-            Connection::Single(c) => invocation.invoke_async(&mut c.clone()).await?,
-            Connection::Cluster(c) => invocation.invoke_async(&mut c.clone()).await?,
+        match now {
+            Some(ns) => command.arg(ns / 1000),
+            None => command.arg(""),
+        };
+        for request in requests {
+            push_window(&mut command, request);
+        }
+        let connection = self.connection().await?;
+        let reply: Vec<i64> = match query(connection, &command).await {
+            Err(error)
+                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                // A restarted or flushed Redis: load the script (on every master) and retry once.
+                match connection {
+                    Connection::Single(c) => self.script.load_async(&mut c.clone()).await?,
+                    Connection::Cluster(c) => self.script.load_async(&mut c.clone()).await?,
+                };
+                query(connection, &command).await?
+            }
+            reply => reply?,
         };
         parse_reply(&reply, requests.len())
     }
@@ -358,10 +376,20 @@ fn push_identity(key: &mut String, identity: u128) {
 }
 
 /// Nine arguments per window, as `check.lua` reads them. Times go in whole microseconds.
-fn push_window(invocation: &mut redis::ScriptInvocation<'_>, request: &WindowRequest) {
+async fn query<T: redis::FromRedisValue>(
+    connection: &Connection,
+    command: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    match connection {
+        Connection::Single(c) => command.query_async(&mut c.clone()).await,
+        Connection::Cluster(c) => command.query_async(&mut c.clone()).await,
+    }
+}
+
+fn push_window(command: &mut redis::Cmd, request: &WindowRequest) {
     let rate = &request.rate;
     let max_delay_us = u64::try_from(request.max_delay.as_micros()).unwrap_or(u64::MAX);
-    invocation
+    command
         .arg(algorithm_code(request.algorithm))
         .arg(request.group)
         .arg(u8::from(request.shadow))
