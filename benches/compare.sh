@@ -3,12 +3,18 @@
 # keep-alive reverse proxy with `limit_req` (a per-IP zone whose limit is never hit), and
 # ratelimit-proxy configured equivalently; each driven by the same wrk load, alternating runs.
 # Prints requests/s, p50, p99, CPU µs per request of the proxy process(es), peak RSS, and the
-# ours/nginx ratios. Scenarios: (a) proxy only, (b) edge layer on, (c) two memory-store limits.
+# ours/nginx ratios.
+#
+# Scenarios: (a) proxy only, (b) edge layer on, (c) edge + two memory-store limits, (d) the same
+# two limits in Redis, (e) a flood where 9 requests in 10 are denied (nginx: limit_req on the
+# key, status 429), (f) p99 latency at a fixed rate of half nginx's peak (oha -q) against
+# direct-to-upstream, (g) HTTPS keep-alive (nginx ssl vs our TLS listener, same certificate).
 #
 #   benches/compare.sh                      # 50 connections, 10 s per run, 2 rounds
 #   CONNS=100 DURATION=20s ROUNDS=3 benches/compare.sh
 #
-# Everything stays on 127.0.0.1 and stops by itself. nginx and wrk come from apt when missing.
+# Everything stays on 127.0.0.1 and stops by itself. nginx, wrk and redis-server come from apt
+# and oha from `cargo install` when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,14 +23,25 @@ DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
 
 source benches/common.sh
-ensure_tools nginx wrk
+ensure_tools nginx wrk redis-server
+if ! command -v oha >/dev/null; then
+  echo "installing oha (cargo install, a few minutes)" >&2
+  cargo install oha --locked --quiet
+fi
 NGINX=$(command -v nginx)
 
 UPSTREAM_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 & REDIS_PID=$!; PIDS+=($REDIS_PID)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+  -subj "/CN=bench.test" -addext "subjectAltName=DNS:bench.test" \
+  -keyout "$WORK/bench.key" -out "$WORK/bench.pem" 2>/dev/null
 
-# --- nginx: one worker, upstream keep-alive, limit_req per IP that is never reached ---
+# --- nginx: one worker, upstream keep-alive, limit_req per IP that is never reached; a second
+# location limits per API key for the flood; an ssl listener for HTTPS ---
 NGINX_PORT=$(free_port)
+NGINX_TLS_PORT=$(free_port)
 mkdir -p "$WORK/nginx"
 cat > "$WORK/nginx.conf" <<CONF
 worker_processes 1;
@@ -39,11 +56,24 @@ http {
   uwsgi_temp_path $WORK/nginx;
   scgi_temp_path $WORK/nginx;
   limit_req_zone \$binary_remote_addr zone=perip:10m rate=1000000r/s;
+  limit_req_zone \$http_x_api_key zone=perkey:10m rate=1r/m;
+  limit_req_status 429;
   upstream echo { server 127.0.0.1:$UPSTREAM_PORT; keepalive 64; }
   server {
     listen 127.0.0.1:$NGINX_PORT;
+    listen 127.0.0.1:$NGINX_TLS_PORT ssl;
+    ssl_certificate $WORK/bench.pem;
+    ssl_certificate_key $WORK/bench.key;
     location / {
       limit_req zone=perip burst=1000000 nodelay;
+      proxy_pass http://echo;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host \$host;
+      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }
+    location /flood {
+      limit_req zone=perkey;
       proxy_pass http://echo;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
@@ -59,8 +89,8 @@ PIDS+=("$(cat "$WORK/nginx.pid")")  # stopping the master stops its worker
 NGINX_PIDS=$(pgrep -f "nginx.*$WORK/nginx.conf" | tr '\n' ' ')
 NGINX_PIDS="$NGINX_PIDS $(pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ')"
 
-# --- ours: (a) plain, (b) with the edge layer, (c) edge + two memory-store limits ---
-ours() { # NAME EXTRA_TOML -> starts a proxy, prints "PORT PID"
+# --- ours ---
+ours() { # NAME EXTRA_TOML ROUTE_TOML LIMITS_TOML -> starts a proxy, prints "PORT PID"
   local port; port=$(free_port)
   cat > "$WORK/$1.toml" <<TOML
 [server]
@@ -69,67 +99,137 @@ $2
 [[upstreams]]
 name = "echo"
 servers = ["http://127.0.0.1:$UPSTREAM_PORT"]
+$3
 [[routes]]
 name = "default"
 upstream = "echo"
-$3
+$4
 TOML
   RUST_LOG=warn "$BIN" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
   PIDS+=($!)
   echo "$port $!"
 }
-LIMITS='[[limits]]
+# Limits the load never reaches (within what the Redis store counts exactly).
+LIMITS='limits = ["per-key", "per-ip"]
+[[limits]]
 name = "per-key"
 key = ["header:x-api-key"]
-rates = [{ limit = 100000000, per = "1m" }, { limit = 1000000000, per = "1d" }]
+rates = [{ limit = 10000000, per = "1m" }, { limit = 1000000000, per = "1d" }]
 [[limits]]
 name = "per-ip"
 key = ["ip", "route"]
 algorithm = "sliding_window"
-rates = [{ limit = 100000000, per = "1m" }, { limit = 1000000000, per = "1h" }]'
-read -r A_PORT A_PID < <(ours a "" "")
-read -r B_PORT B_PID < <(ours b '[edge]
-rate = "1000000/s"' "")
-read -r C_PORT C_PID < <(ours c '[edge]
-rate = "1000000/s"
+rates = [{ limit = 1000000, per = "1m" }, { limit = 2000000, per = "1h" }]'
+EDGE='[edge]
+rate = "1000000/s"'
+# (e): /flood counts per API key, 1 a minute, like nginx's perkey zone.
+FLOOD='[[routes]]
+name = "flood"
+path_prefix = "/flood"
+upstream = "echo"
+limits = ["flood"]
+[[limits]]
+name = "flood"
+key = ["header:x-api-key"]
+rates = [{ limit = 1, per = "1m" }]'
+TLS_PORT=$(free_port)
+read -r A_PORT A_PID < <(ours a "[[server.tls]]
+listen = \"127.0.0.1:$TLS_PORT\"
+certs = [{ cert = \"bench.pem\", key = \"bench.key\" }]" "" "")
+read -r B_PORT B_PID < <(ours b "$EDGE" "" "")
+read -r C_PORT C_PID < <(ours c "$EDGE
 [store]
-hash_secret = "bench"' "limits = [\"per-key\", \"per-ip\"]
-$LIMITS")
-wait_port "$A_PORT"; wait_port "$B_PORT"; wait_port "$C_PORT"
+hash_secret = \"bench\"" "$FLOOD" "$LIMITS")
+read -r D_PORT D_PID < <(ours d "$EDGE
+[store]
+hash_secret = \"bench\"
+backend = \"redis\"
+url = \"redis://127.0.0.1:$REDIS_PORT/0\"
+timeout = \"100ms\"" "" "$LIMITS")
+for port in "$A_PORT" "$B_PORT" "$C_PORT" "$D_PORT" "$TLS_PORT" "$NGINX_TLS_PORT"; do wait_port "$port"; done
 
-# run NAME PORT PIDS...: one wrk run; prints "req/s p50 p99 cpu_us rss_kb"
+# (e)'s load: 1 request in 10 with a fresh key (allowed), 9 with one flooding key (denied).
+cat > "$WORK/flood.lua" <<'LUA'
+local n = 0
+request = function()
+  n = n + 1
+  local key = (n % 10 == 0) and ("fresh-" .. n .. "-" .. math.random(1e9)) or "flooder"
+  return wrk.format("GET", "/flood", { ["x-api-key"] = key })
+end
+LUA
+
+# run NAME URL PIDS... [-- wrk args]: one wrk run; prints "req/s p50 p99 cpu_us rss_kb"
 run() {
-  local name=$1 port=$2; shift 2
-  wrk -t1 -c"$CONNS" -d2s -H "x-api-key: bench" "http://127.0.0.1:$port/bench" >/dev/null
-  local before; before=$(cpu_ticks "$@")
-  wrk -t1 -c"$CONNS" -d"$DURATION" --latency -H "x-api-key: bench" "http://127.0.0.1:$port/bench" >"$WORK/$name.txt"
-  local after; after=$(cpu_ticks "$@")
+  local name=$1 url=$2; shift 2
+  local pids=() extra=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do pids+=("$1"); shift; done
+  [ $# -gt 0 ] && shift && extra=("$@")
+  wrk -t1 -c"$CONNS" -d2s -H "x-api-key: bench" "${extra[@]}" "$url" >/dev/null
+  local before; before=$(cpu_ticks "${pids[@]}")
+  wrk -t1 -c"$CONNS" -d"$DURATION" --latency -H "x-api-key: bench" "${extra[@]}" "$url" >"$WORK/$name.txt"
+  local after; after=$(cpu_ticks "${pids[@]}")
   local requests; requests=$(awk '/requests in/ {print $1}' "$WORK/$name.txt")
-  awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" -v rss="$(peak_rss_kb "$@")" '
+  awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" -v rss="$(peak_rss_kb "${pids[@]}")" '
     /Requests\/sec/ {rps=$2} $1=="50%" {p50=$2} $1=="99%" {p99=$2}
     END { printf "%s %s %s %.1f %d\n", rps, p50, p99, t / hz * 1e6 / n, rss }' "$WORK/$name.txt"
 }
 
 echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream"
-printf '%-26s %10s %9s %9s %11s %10s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB"
+printf '%-30s %10s %9s %9s %11s %10s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB"
 declare -A CPU RPS
+SCENARIOS="nginx a b c d nginx-flood e nginx-tls g"
 for round in $(seq "$ROUNDS"); do
-  for scenario in nginx a b c; do
+  for scenario in $SCENARIOS; do
+    note=""
     case $scenario in
-      nginx) line=$(run "nginx-$round" "$NGINX_PORT" $NGINX_PIDS); label="nginx limit_req" ;;
-      a) line=$(run "a-$round" "$A_PORT" "$A_PID"); label="(a) ours, proxy only" ;;
-      b) line=$(run "b-$round" "$B_PORT" "$B_PID"); label="(b) ours, edge layer" ;;
-      c) line=$(run "c-$round" "$C_PORT" "$C_PID"); label="(c) ours, edge + 2 limits" ;;
+      nginx) line=$(run "$scenario-$round" "http://127.0.0.1:$NGINX_PORT/bench" $NGINX_PIDS); label="nginx limit_req" ;;
+      a) line=$(run "$scenario-$round" "http://127.0.0.1:$A_PORT/bench" "$A_PID"); label="(a) ours, proxy only" ;;
+      b) line=$(run "$scenario-$round" "http://127.0.0.1:$B_PORT/bench" "$B_PID"); label="(b) ours, edge layer" ;;
+      c) line=$(run "$scenario-$round" "http://127.0.0.1:$C_PORT/bench" "$C_PID"); label="(c) ours, edge + 2 limits" ;;
+      d) redis_before=$(cpu_ticks "$REDIS_PID")
+         line=$(run "$scenario-$round" "http://127.0.0.1:$D_PORT/bench" "$D_PID"); label="(d) ours, 2 Redis limits"
+         requests=$(awk '/requests in/ {print $1}' "$WORK/$scenario-$round.txt")
+         note=$(awk -v t=$(( $(cpu_ticks "$REDIS_PID") - redis_before )) -v hz="$(getconf CLK_TCK)" -v n="$requests" \
+           'BEGIN { printf "+ redis-server %.1f µs/req", t / hz * 1e6 / n }') ;;
+      nginx-flood) line=$(run "$scenario-$round" "http://127.0.0.1:$NGINX_PORT/flood" $NGINX_PIDS -- -s "$WORK/flood.lua"); label="nginx flood 90% denied" ;;
+      e) line=$(run "$scenario-$round" "http://127.0.0.1:$C_PORT/flood" "$C_PID" -- -s "$WORK/flood.lua"); label="(e) ours, flood 90% denied" ;;
+      nginx-tls) line=$(run "$scenario-$round" "https://127.0.0.1:$NGINX_TLS_PORT/bench" $NGINX_PIDS); label="nginx https keep-alive" ;;
+      g) line=$(run "$scenario-$round" "https://127.0.0.1:$TLS_PORT/bench" "$A_PID"); label="(g) ours, https keep-alive" ;;
     esac
     read -r rps p50 p99 cpu rss <<<"$line"
-    printf '%-26s %10s %9s %9s %11s %10s   (round %s)\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$rss" "$round"
+    printf '%-30s %10s %9s %9s %11s %10s   (round %s) %s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$rss" "$round" "$note"
     CPU[$scenario]=$(awk -v a="${CPU[$scenario]:-0}" -v b="$cpu" 'BEGIN{print a + b}')
     RPS[$scenario]=$(awk -v a="${RPS[$scenario]:-0}" -v b="$rps" 'BEGIN{print a + b}')
   done
 done
 echo
 echo "ratios over all rounds (ours / nginx): CPU per request (lower is better), req/s (higher is better)"
-for scenario in a b c; do
-  awk -v s="$scenario" -v oc="${CPU[$scenario]}" -v nc="${CPU[nginx]}" -v orps="${RPS[$scenario]}" -v nrps="${RPS[nginx]}" \
-    'BEGIN { printf "(%s) CPU µs/req %.2f×   req/s %.2f×\n", s, oc / nc, orps / nrps }'
+ratio() { # LABEL OURS THEIRS
+  awk -v s="$1" -v oc="${CPU[$2]}" -v nc="${CPU[$3]}" -v orps="${RPS[$2]}" -v nrps="${RPS[$3]}" \
+    'BEGIN { printf "%-34s CPU µs/req %.2f×   req/s %.2f×\n", s, oc / nc, orps / nrps }'
+}
+ratio "(a) proxy only" a nginx
+ratio "(b) edge layer" b nginx
+ratio "(c) edge + 2 limits" c nginx
+ratio "(d) 2 Redis limits vs nginx (a)" d nginx
+ratio "(e) flood vs nginx flood" e nginx-flood
+ratio "(g) https keep-alive" g nginx-tls
+# A denied request's cost: the flood mixes 10% allowed (each like (c)) and 90% denied.
+awk -v e="${CPU[e]}" -v c="${CPU[c]}" -v rounds="$ROUNDS" 'BEGIN {
+  denied = (e - 0.1 * c) / 0.9
+  printf "(e) a denied request costs ~%.1f µs of CPU, %.2f× an allowed one of (c) (target ≤ 0.33)\n", denied / rounds, denied / c }'
+
+# (f) latency at a fixed rate: half of nginx's peak, the same for everyone, oha -q.
+RATE=$(awk -v r="${RPS[nginx]}" -v n="$ROUNDS" 'BEGIN { printf "%d", r / n / 2 }')
+echo
+echo "(f) p50/p99 at a fixed $RATE req/s (half nginx's peak), oha -c$CONNS -z$DURATION; added = p99 − direct p99"
+fixed_rate() { # URL -> "p50_ms p99_ms"
+  oha -z "$DURATION" -q "$RATE" -c "$CONNS" --no-tui -j -H "x-api-key: bench" "$1" 2>/dev/null |
+    python3 -c 'import json,sys; d=json.load(sys.stdin); p=d["latencyPercentiles"]; print("%.3f %.3f" % (p["p50"]*1000, p["p99"]*1000))'
+}
+read -r direct50 direct99 < <(fixed_rate "http://127.0.0.1:$UPSTREAM_PORT/bench")
+printf '%-30s %9s ms %9s ms\n' "direct to upstream" "$direct50" "$direct99"
+for target in "nginx limit_req|$NGINX_PORT" "(a) proxy only|$A_PORT" "(b) edge layer|$B_PORT" "(c) edge + 2 limits|$C_PORT" "(d) 2 Redis limits|$D_PORT"; do
+  read -r p50 p99 < <(fixed_rate "http://127.0.0.1:${target#*|}/bench")
+  printf '%-30s %9s ms %9s ms   added p99 %s ms\n' "${target%|*}" "$p50" "$p99" "$(awk -v a="$p99" -v b="$direct99" 'BEGIN { printf "%.3f", a - b }')"
 done
