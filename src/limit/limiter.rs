@@ -185,8 +185,10 @@ impl Limiter {
                     .into()
             }
             Some(redis) => {
-                self.evaluate_shared(redis, &requests, &origins, route.cost, now)
-                    .await
+                // Boxed, and owning its lists: every request's future (memory store or none)
+                // would otherwise be as large as the Redis call's.
+                let shared = self.evaluate_shared(redis, requests, origins, route.cost, now);
+                Box::pin(shared).await
             }
         }
     }
@@ -195,11 +197,12 @@ impl Limiter {
     async fn evaluate_shared(
         &self,
         redis: &RedisStore,
-        requests: &[WindowRequest],
-        origins: &[&Window],
+        requests: Small<WindowRequest>,
+        origins: Small<&Window>,
         cost: u64,
         now: Nanos,
     ) -> Evaluated {
+        let (requests, origins) = (&requests[..], &origins[..]);
         if let Some(denial) = self.standing_denial(redis, requests, cost, now) {
             return denial.into();
         }
@@ -338,7 +341,7 @@ impl Limiter {
         };
         if let (Some(value), Some((hash, ttl)), Some(redis)) =
             (&value, &plans.redis_hash, &self.stores.redis)
-            && let Some(Some(tier)) = redis.tier(hash, *ttl, value).await
+            && let Some(Some(tier)) = Box::pin(redis.tier(hash, *ttl, value)).await
         {
             return Some(Cow::Owned(tier));
         }
