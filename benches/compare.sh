@@ -12,6 +12,7 @@
 #
 #   benches/compare.sh                      # 50 connections, 10 s per run, 2 rounds
 #   CONNS=100 DURATION=20s ROUNDS=3 benches/compare.sh
+#   ROUNDS=0 RATE=20000 benches/compare.sh  # only (f), at a given rate
 #
 # Everything stays on 127.0.0.1 and stops by itself. nginx, wrk and redis-server come from apt
 # and oha from `cargo install` when missing.
@@ -202,6 +203,7 @@ for round in $(seq "$ROUNDS"); do
     RPS[$scenario]=$(awk -v a="${RPS[$scenario]:-0}" -v b="$rps" 'BEGIN{print a + b}')
   done
 done
+if [ "$ROUNDS" -gt 0 ]; then
 echo
 echo "ratios over all rounds (ours / nginx): CPU per request (lower is better), req/s (higher is better)"
 ratio() { # LABEL OURS THEIRS
@@ -218,18 +220,25 @@ ratio "(g) https keep-alive" g nginx-tls
 awk -v e="${CPU[e]}" -v c="${CPU[c]}" -v rounds="$ROUNDS" 'BEGIN {
   denied = (e - 0.1 * c) / 0.9
   printf "(e) a denied request costs ~%.1f µs of CPU, %.2f× an allowed one of (c) (target ≤ 0.33)\n", denied / rounds, denied / c }'
+fi
 
 # (f) latency at a fixed rate: half of nginx's peak, the same for everyone, oha -q.
-RATE=$(awk -v r="${RPS[nginx]}" -v n="$ROUNDS" 'BEGIN { printf "%d", r / n / 2 }')
-echo
-echo "(f) p50/p99 at a fixed $RATE req/s (half nginx's peak), oha -c$CONNS -z$DURATION; added = p99 − direct p99"
-fixed_rate() { # URL -> "p50_ms p99_ms"
-  oha -z "$DURATION" -q "$RATE" -c "$CONNS" --no-tui -j -H "x-api-key: bench" "$1" 2>/dev/null |
-    python3 -c 'import json,sys; d=json.load(sys.stdin); p=d["latencyPercentiles"]; print("%.3f %.3f" % (p["p50"]*1000, p["p99"]*1000))'
-}
-read -r direct50 direct99 < <(fixed_rate "http://127.0.0.1:$UPSTREAM_PORT/bench")
-printf '%-30s %9s ms %9s ms\n' "direct to upstream" "$direct50" "$direct99"
-for target in "nginx limit_req|$NGINX_PORT" "(a) proxy only|$A_PORT" "(b) edge layer|$B_PORT" "(c) edge + 2 limits|$C_PORT" "(d) 2 Redis limits|$D_PORT"; do
-  read -r p50 p99 < <(fixed_rate "http://127.0.0.1:${target#*|}/bench")
-  printf '%-30s %9s ms %9s ms   added p99 %s ms\n' "${target%|*}" "$p50" "$p99" "$(awk -v a="$p99" -v b="$direct99" 'BEGIN { printf "%.3f", a - b }')"
+if [ -z "${RATE:-}" ]; then
+  RATE=$(awk -v r="${RPS[nginx]}" -v n="$ROUNDS" 'BEGIN { printf "%d", r / n / 2 }')
+fi
+# Also at a moderate rate every proxy here sustains, where added latency is not queueing.
+for rate in "$RATE" ${EXTRA_RATES-5000}; do
+  echo
+  echo "(f) p50/p99 at a fixed $rate req/s, oha -c$CONNS -z$DURATION (latency-corrected); added = p99 − direct p99"
+  fixed_rate() { # URL -> "p50_ms p99_ms"
+    oha -z "$DURATION" -q "$rate" -c "$CONNS" --no-tui --latency-correction --output-format json \
+      -H "x-api-key: bench" "$1" 2>/dev/null |
+      python3 -c 'import json,sys; d=json.load(sys.stdin); p=d["latencyPercentiles"]; print("%.3f %.3f" % (p["p50"]*1000, p["p99"]*1000))'
+  }
+  read -r direct50 direct99 < <(fixed_rate "http://127.0.0.1:$UPSTREAM_PORT/bench")
+  printf '%-30s %9s ms %9s ms\n' "direct to upstream" "$direct50" "$direct99"
+  for target in "nginx limit_req|$NGINX_PORT" "(a) proxy only|$A_PORT" "(b) edge layer|$B_PORT" "(c) edge + 2 limits|$C_PORT" "(d) 2 Redis limits|$D_PORT"; do
+    read -r p50 p99 < <(fixed_rate "http://127.0.0.1:${target#*|}/bench")
+    printf '%-30s %9s ms %9s ms   added p99 %s ms\n' "${target%|*}" "$p50" "$p99" "$(awk -v a="$p99" -v b="$direct99" 'BEGIN { printf "%.3f", a - b }')"
+  done
 done
