@@ -564,3 +564,57 @@ async fn rediss_with_a_private_ca_works() {
         "Redis over TLS decides (on_error = deny would answer 503)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_a_foreign_type_are_replaced_not_fatal() {
+    let server = RedisServer::start();
+    let upstream = TestUpstream::ok("ok").await;
+    let limits = "[[limits]]\nname = \"log\"\nkey = [\"header:x-api-key\"]\nalgorithm = \"sliding_log\"\nrates = [{ limit = 3, per = \"1h\" }]\n\n\
+        [[limits]]\nname = \"cell\"\nkey = [\"header:x-api-key\"]\nalgorithm = \"gcra\"\nrates = [{ limit = 3, per = \"1h\" }]\n";
+    let store = format!(
+        "backend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"odd:\"\ntimeout = \"2s\"\non_error = \"deny\"",
+        server.url()
+    );
+    let text = config(&upstream, &store, &[], limits)
+        + "[[routes]]\nname = \"both\"\nupstream = \"api\"\nlimits = [\"log\", \"cell\"]\n";
+    let gateway = TestGateway::start(&text).await;
+    assert_eq!(status(&gateway, "/", "k").await, StatusCode::OK);
+    let log_key = keys(&server, "odd:log:*").pop().unwrap();
+    let cell_key = keys(&server, "odd:cell:*").pop().unwrap();
+    let mut connection = server.connection();
+    let _: () = redis::cmd("SET")
+        .arg(&log_key)
+        .arg("garbage")
+        .query(&mut connection)
+        .unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&cell_key)
+        .query(&mut connection)
+        .unwrap();
+    let _: () = redis::cmd("ZADD")
+        .arg(&cell_key)
+        .arg(1)
+        .arg("x")
+        .query(&mut connection)
+        .unwrap();
+
+    // Both read as fresh and are replaced: three more pass (on_error = deny would answer 503).
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(status(&gateway, "/", "k").await);
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    let kind: String = redis::cmd("TYPE")
+        .arg(&log_key)
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!(kind, "zset");
+}

@@ -2,7 +2,12 @@
 -- Mirrors src/limit/sliding_log.rs.
 local function check_sliding_log(key, now, w)
   local per = w.per
-  local live = redis.call('ZRANGEBYSCORE', key, '(' .. int(now - per), '+inf', 'WITHSCORES')
+  -- A key of another type (written by someone else) reads as an empty log and is replaced on
+  -- commit, rather than failing every request that meets it.
+  local live = redis.pcall('ZRANGEBYSCORE', key, '(' .. int(now - per), '+inf', 'WITHSCORES')
+  if live.err then
+    live = {}
+  end
   local used = #live / 2
   local newest = now
   if used > 0 then
@@ -23,7 +28,10 @@ end
 -- Members are `now:n`, n counting up from the set's size: unique among entries of one
 -- instant, since entries of `now` never expire at `now`.
 local function commit_sliding_log(key, now, w)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - w.per))
+  local removed = redis.pcall('ZREMRANGEBYSCORE', key, '-inf', int(now - w.per))
+  if type(removed) == 'table' and removed.err then
+    redis.call('DEL', key)
+  end
   local size = redis.call('ZCARD', key)
   for i = 1, w.cost do
     redis.call('ZADD', key, now, int(now) .. ':' .. (size + i))
