@@ -55,7 +55,7 @@ fn case_strategy() -> impl Strategy<Value = Case> {
         ),
         1..40,
     );
-    (windows, steps, any::<u128>()).prop_map(|(windows, steps, seed)| {
+    (windows, steps, any::<u128>(), any::<bool>()).prop_map(|(windows, steps, seed, shadow)| {
         // The first two windows form one limit (same algorithm), a third is another limit.
         let first_algorithm = ALGORITHMS[windows[0].0];
         let windows = windows
@@ -87,7 +87,8 @@ fn case_strategy() -> impl Strategy<Value = Case> {
                     },
                     group,
                     window: i,
-                    shadow: false,
+                    // The second limit may be a shadow one (charged only when all pass).
+                    shadow: shadow && group == 1,
                 }
             })
             .collect();
