@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# User-space instructions per proxied request, counted by callgrind: repeatable on this shared
+# machine where CPU-time measurements move by ±10 µs. Starts the echo upstream and the proxy
+# (under valgrind) on loopback, sends 200 warm-up requests on one keep-alive connection, zeroes
+# the counters, sends N more, dumps, and divides. Kernel time is not counted.
+#
+#   benches/callgrind.sh                     # proxy only, 2000 requests
+#   N=5000 EXTRA='[edge]\nrate = "1000000/s"' benches/callgrind.sh
+#   BIN=/tmp/other-build benches/callgrind.sh   # compare two builds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-2000}
+EXTRA=${EXTRA:-}
+OVERRIDE_BIN=${BIN:-}
+
+source benches/common.sh
+ensure_tools valgrind
+BIN=${OVERRIDE_BIN:-$BIN}
+
+UPSTREAM_PORT=$(free_port)
+PROXY_PORT=$(free_port)
+"$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
+printf '[server]\nlisten = ["127.0.0.1:%s"]\n%b\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n' \
+  "$PROXY_PORT" "$EXTRA" "$UPSTREAM_PORT" > "$WORK/gw.toml"
+RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
+  "$BIN" --config "$WORK/gw.toml" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
+for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null && break; sleep 0.1; done
+
+requests() { # N: keep-alive GETs on one connection, each must be 200
+  python3 - "$PROXY_PORT" "$1" <<'PY'
+import http.client, sys
+port, n = int(sys.argv[1]), int(sys.argv[2])
+connection = http.client.HTTPConnection("127.0.0.1", port)
+for _ in range(n):
+    connection.request("GET", "/bench", headers={"x-api-key": "bench"})
+    response = connection.getresponse()
+    response.read()
+    assert response.status == 200, response.status
+PY
+}
+requests 200
+callgrind_control -z "$PROXY_PID" >/dev/null 2>&1
+requests "$N"
+callgrind_control -d "$PROXY_PID" >/dev/null 2>&1
+sleep 1
+dump=$(ls "$WORK"/cg.out.* | sort -t. -k3 -n | tail -1)
+instructions=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
+echo "$((instructions / N)) user-space instructions per request ($N requests, $(basename "$BIN"))"
