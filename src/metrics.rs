@@ -256,6 +256,13 @@ impl Metrics {
             .clone()
     }
 
+    /// The `rlp_store_duration_seconds` histogram of one backend, fetched once per runtime.
+    pub fn store_latency(&self, backend: &'static str) -> Histogram {
+        self.store_duration
+            .get_or_create(&BackendLabel { backend })
+            .clone()
+    }
+
     /// The `allowed` counter of one limit, fetched once per runtime.
     pub fn limit_allowed(&self, limit: &str) -> Counter {
         let labels = LimitDecisionLabels {

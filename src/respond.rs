@@ -164,16 +164,7 @@ pub fn missing_key(limit: &str, part: &str, request_id: &HeaderValue) -> Respons
 /// 503 with Retry-After: 1 when a route is at its `max_in_flight`.
 pub fn too_busy(route: &str, request_id: &HeaderValue) -> Response<ResponseBody> {
     let detail = format!("route \"{route}\" is at its concurrency limit; retry shortly");
-    let mut response = problem_response(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "about:blank",
-        &detail,
-        request_id,
-    );
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
-    response
+    unavailable(&detail, 1, request_id)
 }
 
 /// 503 when the shared limit store cannot decide and the limit says `on_error = "deny"`: not a
@@ -188,15 +179,24 @@ pub fn store_unavailable(
     let detail = format!(
         "limit \"{limit}\" cannot be checked right now (its store is unavailable); retry in {seconds} s"
     );
+    unavailable(&detail, seconds, request_id)
+}
+
+/// A 503 problem with `Retry-After` in whole seconds.
+fn unavailable(
+    detail: &str,
+    retry_after_secs: u64,
+    request_id: &HeaderValue,
+) -> Response<ResponseBody> {
     let mut response = problem_response(
         StatusCode::SERVICE_UNAVAILABLE,
         "about:blank",
-        &detail,
+        detail,
         request_id,
     );
     response
         .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
     response
 }
 

@@ -44,6 +44,15 @@ async fn status(gateway: &TestGateway, path: &str, api_key: &str) -> StatusCode 
     call(gateway, path, api_key).await.0.status()
 }
 
+/// `n` requests in a row to `/` with one key.
+async fn in_a_row(gateway: &TestGateway, n: usize) -> Vec<StatusCode> {
+    let mut statuses = Vec::new();
+    for _ in 0..n {
+        statuses.push(status(gateway, "/", "k").await);
+    }
+    statuses
+}
+
 /// How many of `statuses` are `code`.
 fn count(statuses: &[StatusCode], code: StatusCode) -> usize {
     statuses.iter().filter(|s| **s == code).count()
@@ -507,13 +516,8 @@ async fn an_acl_user_and_password_in_the_url_work_and_stay_secret() {
     let limits = "[[limits]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nrates = [{ limit = 2, per = \"1h\" }]\n";
     let text = config(&upstream, &store, &[("/", "per-key")], limits);
     let gateway = TestGateway::start(&text).await;
-    let statuses = [
-        status(&gateway, "/", "k").await,
-        status(&gateway, "/", "k").await,
-        status(&gateway, "/", "k").await,
-    ];
     assert_eq!(
-        statuses,
+        in_a_row(&gateway, 3).await,
         [
             StatusCode::OK,
             StatusCode::OK,
@@ -549,13 +553,8 @@ async fn rediss_with_a_private_ca_works() {
     let text = config(&upstream, &store, &[("/", "per-key")], limits);
     let (gateway, _dir) =
         TestGateway::start_in_dir("rediss", &[("ca.pem", &ca.pem())], &text).await;
-    let statuses = [
-        status(&gateway, "/", "k").await,
-        status(&gateway, "/", "k").await,
-        status(&gateway, "/", "k").await,
-    ];
     assert_eq!(
-        statuses,
+        in_a_row(&gateway, 3).await,
         [
             StatusCode::OK,
             StatusCode::OK,
@@ -599,12 +598,8 @@ async fn keys_of_a_foreign_type_are_replaced_not_fatal() {
         .unwrap();
 
     // Both read as fresh and are replaced: three more pass (on_error = deny would answer 503).
-    let mut statuses = Vec::new();
-    for _ in 0..4 {
-        statuses.push(status(&gateway, "/", "k").await);
-    }
     assert_eq!(
-        statuses,
+        in_a_row(&gateway, 4).await,
         [
             StatusCode::OK,
             StatusCode::OK,

@@ -17,7 +17,7 @@ use crate::limit::RateStatus;
 use crate::limit::key::RequestFacts;
 use crate::limit::limiter::{Evaluated, LimitDecision};
 use crate::limit::rules::OnError;
-use crate::metrics::{BackendKind, BackendLabel};
+use crate::metrics::BackendKind;
 use crate::respond::{self, Denial, ResponseBody};
 use crate::route::{InFlightSlot, Route};
 
@@ -148,15 +148,11 @@ pub async fn admit(
 
 /// `rlp_store_duration_seconds`, `rlp_store_errors_total` and `rlp_store_breaker_open`.
 fn record_store_call(runtime: &Runtime, evaluated: &Evaluated, took: Duration) {
-    let backend = runtime.limiter.backend();
-    let metrics = &runtime.metrics;
-    metrics
-        .store_duration
-        .get_or_create(&BackendLabel { backend })
-        .observe(took.as_secs_f64());
+    runtime.store_latency.observe(took.as_secs_f64());
     let Some(redis) = &runtime.limiter.stores().redis else {
         return;
     };
+    let (metrics, backend) = (&runtime.metrics, redis.backend());
     metrics
         .store_breaker_open
         .set(i64::from(redis.breaker_open()));

@@ -52,6 +52,7 @@ pub struct Runtime {
     pub route_metrics: Vec<RouteMetrics>,
     pub upstream_latency: Vec<Histogram>,
     pub limit_allowed: Vec<Counter>,
+    pub store_latency: Histogram,
 }
 
 impl Runtime {
@@ -83,6 +84,13 @@ impl Runtime {
             .map(|u| UpstreamPool::new(u).map(Arc::new))
             .collect();
         let stores = stores(config, previous.map(|p| p.limiter.stores()));
+        let limiter = Limiter::new(
+            config.limits.clone(),
+            config.plans.clone(),
+            config.store.hash_secret.as_deref(),
+            stores,
+        );
+        let store_latency = metrics.store_latency(limiter.backend());
         let previous_edge = previous.and_then(|p| p.edge.as_ref());
         Ok(Runtime {
             router: Router::new(&config.routes),
@@ -93,12 +101,7 @@ impl Runtime {
                 .edge
                 .clone()
                 .map(|policy| EdgeLayer::reusing(policy, previous_edge)),
-            limiter: Limiter::new(
-                config.limits.clone(),
-                config.plans.clone(),
-                config.store.hash_secret.as_deref(),
-                stores,
-            ),
+            limiter,
             response: config.response.clone(),
             access_log: config.log.access,
             clock,
@@ -117,6 +120,7 @@ impl Runtime {
                 .iter()
                 .map(|l| metrics.limit_allowed(&l.name))
                 .collect(),
+            store_latency,
             metrics,
         })
     }
