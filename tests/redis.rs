@@ -303,7 +303,16 @@ async fn redis_killed_mid_load_each_limit_follows_its_on_error_and_recovers_with
     assert!(text.contains("rlp_store_breaker_open 1"), "{text}");
     assert!(text.contains("decision=\"error_allowed\""));
     assert!(text.contains("decision=\"error_denied\""));
-    assert!(text.contains("decision=\"fallback\""));
+    // The local route: one request decided by Redis before the kill, then five allowed by the
+    // local fallback during it and one more once the breaker was open.
+    assert!(
+        text.contains("rlp_limit_decisions_total{limit=\"local\",decision=\"allowed\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("rlp_limit_decisions_total{limit=\"local\",decision=\"fallback\"} 6"),
+        "{text}"
+    );
 
     server.restart();
     // The breaker probes within a second; then Redis decides again, exactly (10, not 5).

@@ -87,7 +87,11 @@ pub async fn admit(
             applied,
             degraded,
         } => {
-            for &index in &applied {
+            // A limit decided by the local fallback counts as `fallback`, not `allowed`.
+            let by_store = applied
+                .iter()
+                .filter(|index| !degraded.iter().any(|(d, _)| d == *index));
+            for &index in by_store {
                 runtime.limit_allowed[index].inc();
             }
             for (index, on_error) in degraded {

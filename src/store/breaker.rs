@@ -47,21 +47,25 @@ impl Breaker {
         }
     }
 
-    pub fn succeeded(&self) {
-        if self.failures.load(Ordering::Relaxed) != 0 || self.is_open() {
-            self.failures.store(0, Ordering::Relaxed);
-            self.open_until.store(0, Ordering::Release);
-            self.probing.store(false, Ordering::Release);
+    /// True when this success closed an open breaker.
+    pub fn succeeded(&self) -> bool {
+        if self.failures.load(Ordering::Relaxed) == 0 && !self.is_open() {
+            return false;
         }
+        self.failures.store(0, Ordering::Relaxed);
+        self.probing.store(false, Ordering::Release);
+        self.open_until.swap(0, Ordering::AcqRel) != 0
     }
 
-    pub fn failed(&self, now: Instant) {
+    /// True when this failure opened a closed breaker (a failed probe reopens it quietly).
+    pub fn failed(&self, now: Instant) -> bool {
         let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
         let probe_failed = self.probing.swap(false, Ordering::AcqRel);
-        if probe_failed || failures >= self.threshold {
-            let until = self.since_epoch(now) + self.open_for.as_nanos() as u64;
-            self.open_until.store(until.max(1), Ordering::Release);
+        if !probe_failed && failures < self.threshold {
+            return false;
         }
+        let until = self.since_epoch(now) + self.open_for.as_nanos() as u64;
+        self.open_until.swap(until.max(1), Ordering::AcqRel) == 0
     }
 
     pub fn is_open(&self) -> bool {
@@ -90,7 +94,7 @@ mod tests {
                 "still closed below the threshold"
             );
         }
-        breaker.failed(start);
+        assert!(breaker.failed(start), "the threshold opens it");
         assert!(breaker.is_open());
         assert_eq!(breaker.permit(start), Err(PAUSE), "open refuses at once");
         let later = start + PAUSE;
@@ -103,8 +107,9 @@ mod tests {
         );
         let after_second_pause = later + PAUSE;
         assert!(breaker.permit(after_second_pause).is_ok());
-        breaker.succeeded();
+        assert!(breaker.succeeded(), "a good probe closes it");
         assert!(!breaker.is_open());
+        assert!(!breaker.succeeded());
         assert!(breaker.permit(after_second_pause).is_ok());
         assert!(breaker.permit(after_second_pause).is_ok());
     }

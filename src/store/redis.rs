@@ -253,12 +253,24 @@ impl RedisStore {
         Some(tier)
     }
 
+    /// Feeds the breaker; its transitions are logged (each failure only at debug: an outage
+    /// would otherwise log once per request).
     fn record<T>(&self, result: &Result<T, StoreError>) {
+        let backend = self.backend();
         match result {
-            Ok(_) => self.breaker.succeeded(),
+            Ok(_) => {
+                if self.breaker.succeeded() {
+                    tracing::info!(
+                        backend,
+                        "limit store reachable again; limits are exact again"
+                    );
+                }
+            }
             Err(error) => {
-                tracing::debug!(backend = self.backend(), %error, "limit store call failed");
-                self.breaker.failed(Instant::now());
+                tracing::debug!(backend, %error, "limit store call failed");
+                if self.breaker.failed(Instant::now()) {
+                    tracing::warn!(backend, %error, "limit store failing; circuit breaker open, limits follow their on_error until a probe succeeds");
+                }
             }
         }
     }
