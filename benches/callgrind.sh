@@ -7,10 +7,14 @@
 #   benches/callgrind.sh                     # proxy only, 2000 requests
 #   N=5000 EXTRA='[edge]\nrate = "1000000/s"' benches/callgrind.sh
 #   BIN=/tmp/other-build benches/callgrind.sh   # compare two builds
+#   ROUTE='limits = ["flood"]\n[[limits]]\nname = "flood"\nkey = ["header:x-api-key"]\nrates = [{ limit = 1, per = "1h" }]' \
+#     STATUS=429 benches/callgrind.sh           # the cost of a denied request
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-2000}
 EXTRA=${EXTRA:-}
+ROUTE=${ROUTE:-}
+STATUS=${STATUS:-200}
 OVERRIDE_BIN=${BIN:-}
 
 source benches/common.sh
@@ -20,22 +24,22 @@ BIN=${OVERRIDE_BIN:-$BIN}
 UPSTREAM_PORT=$(free_port)
 PROXY_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
-printf '[server]\nlisten = ["127.0.0.1:%s"]\n%b\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n' \
-  "$PROXY_PORT" "$EXTRA" "$UPSTREAM_PORT" > "$WORK/gw.toml"
-RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.out" \
+printf '[server]\nlisten = ["127.0.0.1:%s"]\n%b\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n%b\n' \
+  "$PROXY_PORT" "$EXTRA" "$UPSTREAM_PORT" "$ROUTE" > "$WORK/gw.toml"
+RUST_LOG=warn valgrind --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$WORK/cg.out" \
   "$BIN" --config "$WORK/gw.toml" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
 for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null && break; sleep 0.1; done
 
-requests() { # N: keep-alive GETs on one connection, each must be 200
-  python3 - "$PROXY_PORT" "$1" <<'PY'
+requests() { # N: keep-alive GETs on one connection, each must answer $STATUS (after the first)
+  python3 - "$PROXY_PORT" "$1" "$STATUS" <<'PY'
 import http.client, sys
-port, n = int(sys.argv[1]), int(sys.argv[2])
+port, n, expected = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 connection = http.client.HTTPConnection("127.0.0.1", port)
 for _ in range(n):
     connection.request("GET", "/bench", headers={"x-api-key": "bench"})
     response = connection.getresponse()
     response.read()
-    assert response.status == 200, response.status
+    assert response.status in (expected, 200), response.status
 PY
 }
 requests 200
@@ -45,4 +49,5 @@ callgrind_control -d "$PROXY_PID" >/dev/null 2>&1
 sleep 1
 dump=$(ls "$WORK"/cg.out.* | sort -t. -k3 -n | tail -1)
 instructions=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
+cp "$dump" target/callgrind.out  # for `callgrind_annotate target/callgrind.out`
 echo "$((instructions / N)) user-space instructions per request ($N requests, $(basename "$BIN"))"

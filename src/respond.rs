@@ -217,26 +217,40 @@ pub fn insert_rate_headers(
         headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
     }
     if style.ietf {
-        let policies: Vec<String> = statuses
-            .iter()
-            .map(|s| {
-                format!(
-                    "\"{}\";q={};w={}",
-                    s.policy,
-                    s.limit,
-                    whole_seconds(s.window).max(1)
-                )
-            })
-            .collect();
-        let current = format!("\"{}\";r={};t={reset}", first.policy, first.remaining);
+        // Built by hand into one buffer each: these go on every limited response, and
+        // `format!` per window cost more than the rest of a denial.
+        let mut policy = String::with_capacity(statuses.len() * 40);
+        for (i, status) in statuses.iter().enumerate() {
+            if i > 0 {
+                policy.push_str(", ");
+            }
+            push_item(&mut policy, &status.policy, ";q=", status.limit);
+            push_number(&mut policy, ";w=", whole_seconds(status.window).max(1));
+        }
+        let mut current = String::with_capacity(first.policy.len() + 32);
+        push_item(&mut current, &first.policy, ";r=", first.remaining);
+        push_number(&mut current, ";t=", reset);
         if let (Ok(policy), Ok(current)) = (
-            HeaderValue::from_str(&policies.join(", ")),
-            HeaderValue::from_str(&current),
+            HeaderValue::from_maybe_shared(Bytes::from(policy)),
+            HeaderValue::from_maybe_shared(Bytes::from(current)),
         ) {
             headers.insert(RATELIMIT_POLICY, policy);
             headers.insert(RATELIMIT, current);
         }
     }
+}
+
+/// `"name"` then `key` and `value` (`"per-key";q=100`).
+fn push_item(out: &mut String, name: &str, key: &str, value: u64) {
+    out.push('"');
+    out.push_str(name);
+    out.push('"');
+    push_number(out, key, value);
+}
+
+fn push_number(out: &mut String, key: &str, value: u64) {
+    out.push_str(key);
+    out.push_str(itoa::Buffer::new().format(value));
 }
 
 /// Rounded up: a client that waits this long is never early.
@@ -276,9 +290,14 @@ pub fn problem_response(
         detail,
         request_id: request_id.to_str().unwrap_or_default(),
     };
-    let body = serde_json::to_vec(&problem).unwrap_or_default();
+    let mut body = Vec::with_capacity(256);
+    if serde_json::to_writer(&mut body, &problem).is_err() {
+        body.clear();
+    }
     let mut response = Response::new(ResponseBody::generated(Bytes::from(body)));
     *response.status_mut() = status;
+    // Room for the rate-limit headers, Retry-After and the request id without regrowing.
+    response.headers_mut().reserve(12);
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),
