@@ -1,8 +1,6 @@
 //! Header rewriting between client and upstream: hop-by-hop headers (RFC 9110 §7.6.1) never
 //! cross the proxy, and the upstream learns who asked through X-Forwarded-*.
 
-use std::net::IpAddr;
-
 use http::header::{CONNECTION, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -62,7 +60,8 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
 
 /// Who asked, for the upstream's eyes.
 pub struct Forwarded<'a> {
-    pub peer: IpAddr,
+    /// The connection's peer address as a header value (made once per connection).
+    pub peer: &'a HeaderValue,
     /// A trusted proxy's X-Forwarded-For is extended; anyone else's is replaced, so upstreams
     /// never see addresses a client made up.
     pub peer_trusted: bool,
@@ -88,11 +87,7 @@ pub fn to_upstream(
     if forwarded.peer_trusted {
         append_forwarded_for(headers, forwarded.peer);
     } else {
-        headers.insert(
-            X_FORWARDED_FOR,
-            HeaderValue::from_str(&forwarded.peer.to_string())
-                .unwrap_or(HeaderValue::from_static("unknown")),
-        );
+        headers.insert(X_FORWARDED_FOR, forwarded.peer.clone());
     }
     headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(forwarded.proto));
     headers.insert(X_REQUEST_ID, forwarded.request_id.clone());
@@ -103,7 +98,7 @@ pub fn to_upstream(
 }
 
 /// Joins every existing X-Forwarded-For line into one and appends `peer`.
-fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
+fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
     let mut value = String::new();
     for line in headers.get_all(X_FORWARDED_FOR) {
         if let Ok(text) = line.to_str() {
@@ -111,7 +106,7 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: IpAddr) {
             value.push_str(", ");
         }
     }
-    value.push_str(&peer.to_string());
+    value.push_str(peer.to_str().unwrap_or("unknown"));
     if let Ok(joined) = HeaderValue::from_str(&value) {
         headers.insert(X_FORWARDED_FOR, joined);
     }
@@ -160,8 +155,9 @@ mod tests {
         ]);
         let host = HeaderValue::from_static("api.example.com");
         let id = HeaderValue::from_static("id-1");
+        let peer = HeaderValue::from_static("127.0.0.1");
         let forwarded = Forwarded {
-            peer: "127.0.0.1".parse().unwrap(),
+            peer: &peer,
             peer_trusted: true,
             proto: "http",
             host: Some(&host),
@@ -191,8 +187,9 @@ mod tests {
         ]);
         assert!(wants_upgrade(&map));
         let id = HeaderValue::from_static("id");
+        let peer = HeaderValue::from_static("::1");
         let forwarded = Forwarded {
-            peer: "::1".parse().unwrap(),
+            peer: &peer,
             peer_trusted: false,
             proto: "http",
             host: None,

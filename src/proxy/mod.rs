@@ -155,11 +155,26 @@ fn stores(config: &Config, previous: Option<&Stores>) -> Stores {
 }
 
 /// The client side of a connection, as the pipeline sees it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ClientConnection {
     pub peer: SocketAddr,
     /// `"http"` or `"https"`, for X-Forwarded-Proto.
     pub proto: &'static str,
+    /// The peer's address as X-Forwarded-For gets it, formatted once per connection.
+    pub peer_header: HeaderValue,
+}
+
+impl ClientConnection {
+    pub fn new(peer: SocketAddr, proto: &'static str) -> ClientConnection {
+        let address = peer.ip().to_string();
+        let peer_header =
+            HeaderValue::from_str(&address).unwrap_or_else(|_| HeaderValue::from_static("unknown"));
+        ClientConnection {
+            peer,
+            proto,
+            peer_header,
+        }
+    }
 }
 
 /// What the access log and the metrics learn about a request along the pipeline.
@@ -178,7 +193,7 @@ struct RequestLog<'r> {
 /// Answers one request. Never fails: errors become problem+json answers here.
 pub async fn handle(
     runtime: &Runtime,
-    client: ClientConnection,
+    client: &ClientConnection,
     request: Request<Incoming>,
 ) -> Response<ResponseBody> {
     let started = std::time::Instant::now();
@@ -218,7 +233,7 @@ pub async fn handle(
 
 async fn proxy<'r>(
     runtime: &'r Runtime,
-    client: ClientConnection,
+    client: &'r ClientConnection,
     request: Request<Incoming>,
     request_id: &HeaderValue,
     log: &mut RequestLog<'r>,
@@ -260,7 +275,7 @@ async fn proxy<'r>(
         };
     log.remaining = statuses.first().map(|s| s.remaining);
     let forwarded = Forwarded {
-        peer: client.peer.ip(),
+        peer: &client.peer_header,
         peer_trusted: client_ip.peer_trusted,
         proto: client.proto,
         host: host.as_ref(),

@@ -108,14 +108,15 @@ pub async fn serve<S>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::new());
-    let client = ClientConnection { peer, proto };
+    let client = ClientConnection::new(peer, proto);
     let service_activity = activity.clone();
     let service = service_fn(move |request| {
         // One snapshot per request: a reload never changes a request halfway.
         let runtime = runtime.load_full();
         let answering = Answering::begin(&service_activity, request.version());
+        let client = client.clone();
         async move {
-            let response = proxy::handle(&runtime, client, request).await;
+            let response = proxy::handle(&runtime, &client, request).await;
             drop(answering);
             Ok::<_, Infallible>(response)
         }
