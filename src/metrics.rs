@@ -72,6 +72,14 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 18))
 }
 
+/// `rlp_limit_decisions_total` handles of one limit for the decisions every request makes;
+/// rarer ones (shadow, store errors) are looked up by label when they happen.
+#[derive(Clone)]
+pub struct LimitCounters {
+    pub allowed: Counter,
+    pub denied: Counter,
+}
+
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RouteCode, Counter>,
@@ -263,13 +271,19 @@ impl Metrics {
             .clone()
     }
 
-    /// The `allowed` counter of one limit, fetched once per runtime.
-    pub fn limit_allowed(&self, limit: &str) -> Counter {
-        let labels = LimitDecisionLabels {
-            limit: limit.to_string(),
-            decision: "allowed",
+    /// The counters of one limit's common decisions, fetched once per runtime.
+    pub fn limit_counters(&self, limit: &str) -> LimitCounters {
+        let counter = |decision| {
+            let labels = LimitDecisionLabels {
+                limit: limit.to_string(),
+                decision,
+            };
+            self.limit_decisions.get_or_create(&labels).clone()
         };
-        self.limit_decisions.get_or_create(&labels).clone()
+        LimitCounters {
+            allowed: counter("allowed"),
+            denied: counter("denied"),
+        }
     }
 
     /// Counts an answered request; `route` is None when no route matched.

@@ -46,6 +46,8 @@ pub enum LimitDecision {
     },
     Deny {
         limit: Arc<str>,
+        /// The limit's index into `Limiter::rules`.
+        rule: usize,
         /// The hashed identity that was denied (never the raw key).
         identity: u128,
         retry_after: Duration,
@@ -219,6 +221,7 @@ impl Limiter {
                 identity,
                 retry_after,
                 statuses,
+                ..
             } = &decision
             {
                 let denial = Denied {
@@ -253,6 +256,7 @@ impl Limiter {
             if let Some(denied) = redis.denied.lookup(request.limit_identity, cost, now) {
                 return Some(LimitDecision::Deny {
                     limit: denied.limit,
+                    rule: request.group,
                     identity: request.limit_identity,
                     retry_after: denied.retry_after,
                     statuses: denied.statuses,
@@ -409,6 +413,7 @@ impl Limiter {
             let limit = self.rules[enforced[i].0.group].name.clone();
             return LimitDecision::Deny {
                 limit,
+                rule: enforced[i].0.group,
                 identity: enforced[i].0.limit_identity,
                 retry_after,
                 statuses,

@@ -92,7 +92,7 @@ pub async fn admit(
                 .iter()
                 .filter(|index| !degraded.iter().any(|(d, _)| d == *index));
             for &index in by_store {
-                runtime.limit_allowed[index].inc();
+                runtime.limit_counters[index].allowed.inc();
             }
             for (index, on_error) in degraded {
                 let decision = match on_error {
@@ -115,11 +115,12 @@ pub async fn admit(
         }
         LimitDecision::Deny {
             limit,
+            rule,
             identity,
             retry_after,
             statuses,
         } => {
-            runtime.metrics.count_limit(&limit, "denied");
+            runtime.limit_counters[rule].denied.inc();
             runtime.metrics.limited.record(&limit, identity, now);
             let denial = Denial {
                 policy: &limit,

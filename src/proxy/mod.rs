@@ -21,7 +21,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ResponseStyle};
 use crate::edge::EdgeLayer;
 use crate::limit::limiter::{Limiter, Stores};
-use crate::metrics::{Metrics, RouteMetrics};
+use crate::metrics::{LimitCounters, Metrics, RouteMetrics};
 use crate::request_id::{self, X_REQUEST_ID};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
@@ -29,7 +29,6 @@ use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
 use admit::Admission;
 use headers::Forwarded;
-use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 use upstream::UpstreamPool;
 
@@ -48,10 +47,10 @@ pub struct Runtime {
     /// Shared by every runtime of a gateway, across reloads.
     pub metrics: Arc<Metrics>,
     /// Metric handles made once per runtime, so requests allocate no labels: by route index,
-    /// by upstream index, and the `allowed` counter by limit index.
+    /// by upstream index, and the allowed/denied counters by limit index.
     pub route_metrics: Vec<RouteMetrics>,
     pub upstream_latency: Vec<Histogram>,
-    pub limit_allowed: Vec<Counter>,
+    pub limit_counters: Vec<LimitCounters>,
     pub store_latency: Histogram,
 }
 
@@ -115,10 +114,10 @@ impl Runtime {
                 .iter()
                 .map(|u| metrics.upstream_latency(&u.name))
                 .collect(),
-            limit_allowed: config
+            limit_counters: config
                 .limits
                 .iter()
-                .map(|l| metrics.limit_allowed(&l.name))
+                .map(|l| metrics.limit_counters(&l.name))
                 .collect(),
             store_latency,
             metrics,
