@@ -336,7 +336,7 @@ impl Limiter {
         self.decide(&checked.0, &checked.1, &checked.2, degraded)
     }
 
-    async fn tier_of<'a>(&'a self, facts: &RequestFacts<'_>) -> Option<Cow<'a, str>> {
+    async fn tier_of<'a>(&'a self, facts: &RequestFacts<'_>) -> Option<TierName<'a>> {
         let plans = self.plans.as_ref()?;
         let value = match facts.value(&plans.key) {
             Some(PartValue::Text(bytes)) => Some(Cow::Borrowed(bytes)),
@@ -347,11 +347,11 @@ impl Limiter {
             (&value, &plans.redis_hash, &self.stores.redis)
             && let Some(Some(tier)) = Box::pin(redis.tier(hash, *ttl, value)).await
         {
-            return Some(Cow::Owned(tier));
+            return Some(TierName::Fetched(tier));
         }
         let tier = value.and_then(|v| plans.tiers.get(v.as_ref()));
         tier.or(plans.default.as_ref())
-            .map(|t| Cow::Borrowed(t.as_str()))
+            .map(|t| TierName::Configured(t))
     }
 
     /// The identity builder for `rule`; Ok(None) when a part is missing and the rule skips.
@@ -442,6 +442,23 @@ impl Limiter {
             statuses,
             shadow_denied,
             degraded,
+        }
+    }
+}
+
+/// A tier from the plans file (borrowed) or from the Redis hash (shared with its cache).
+enum TierName<'a> {
+    Configured(&'a str),
+    Fetched(Arc<str>),
+}
+
+impl std::ops::Deref for TierName<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            TierName::Configured(name) => name,
+            TierName::Fetched(name) => name,
         }
     }
 }

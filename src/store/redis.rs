@@ -8,7 +8,8 @@
 //! the window counters are short strings; sliding logs are sorted sets. Every write sets an
 //! expiry at the time the window is whole again, so idle keys vanish.
 
-use std::sync::Mutex;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
@@ -228,7 +229,7 @@ impl RedisStore {
 
     /// The tier stored for `field` in the hash `hash`, cached for `ttl`. None when Redis
     /// cannot say (the caller falls back to the plans file).
-    pub async fn tier(&self, hash: &str, ttl: Duration, field: &[u8]) -> Option<Option<String>> {
+    pub async fn tier(&self, hash: &str, ttl: Duration, field: &[u8]) -> Option<Option<Arc<str>>> {
         let now = Instant::now();
         if let Some(tier) = self.tiers.get(hash, field, now, ttl) {
             return Some(tier);
@@ -237,11 +238,8 @@ impl RedisStore {
         let read = async {
             let mut command = redis::cmd("HGET");
             command.arg(hash).arg(field);
-            let tier: Option<String> = match self.connection().await? {
-                Connection::Single(c) => command.query_async(&mut c.clone()).await?,
-                Connection::Cluster(c) => command.query_async(&mut c.clone()).await?,
-            };
-            Ok::<_, StoreError>(tier)
+            let tier: Option<String> = query(self.connection().await?, &command).await?;
+            Ok::<_, StoreError>(tier.map(Arc::from))
         };
         let result = match tokio::time::timeout(self.config.timeout, read).await {
             Ok(result) => result,
@@ -496,8 +494,8 @@ pub fn describe_url_error(error: &redis::RedisError) -> String {
     )
 }
 
-/// (hash, field) → (tier, when it was read).
-type TierEntries = std::collections::HashMap<(String, Vec<u8>), (Option<String>, Instant)>;
+/// hash → field → (tier, when it was read). Nested so that a lookup borrows its keys.
+type TierEntries = HashMap<String, HashMap<Vec<u8>, (Option<Arc<str>>, Instant)>>;
 
 /// Tiers read from Redis, by hash and field, for a short while.
 #[derive(Default)]
@@ -506,19 +504,26 @@ struct TierCache {
 }
 
 impl TierCache {
-    fn get(&self, hash: &str, field: &[u8], now: Instant, ttl: Duration) -> Option<Option<String>> {
+    fn get(
+        &self,
+        hash: &str,
+        field: &[u8],
+        now: Instant,
+        ttl: Duration,
+    ) -> Option<Option<Arc<str>>> {
         let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let (tier, fetched) = entries.get(&(hash.to_string(), field.to_vec()))?;
+        let (tier, fetched) = entries.get(hash)?.get(field)?;
         (now.saturating_duration_since(*fetched) < ttl).then(|| tier.clone())
     }
 
-    fn put(&self, hash: &str, field: &[u8], tier: Option<String>, now: Instant) {
+    fn put(&self, hash: &str, field: &[u8], tier: Option<Arc<str>>, now: Instant) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= TIER_CACHE_CAPACITY {
+        let fields = entries.entry(hash.to_string()).or_default();
+        if fields.len() >= TIER_CACHE_CAPACITY {
             // Bounded: start over rather than grow; the next requests re-read their tiers.
-            entries.clear();
+            fields.clear();
         }
-        entries.insert((hash.to_string(), field.to_vec()), (tier, now));
+        fields.insert(field.to_vec(), (tier, now));
     }
 }
 
