@@ -28,9 +28,10 @@ fn config(upstream: &TestUpstream, store: &str, routes: &[(&str, &str)], limits:
     )
 }
 
-fn redis_store(server: &RedisServer, prefix: &str, extra: &str) -> String {
+/// `[store]` keys for `server`, with `extra` lines (on_error, fallback_instances...).
+fn redis_store(server: &RedisServer, prefix: &str, timeout: &str, extra: &str) -> String {
     format!(
-        "backend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\ntimeout = \"2s\"\n{extra}",
+        "backend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\ntimeout = \"{timeout}\"\n{extra}",
         server.url()
     )
 }
@@ -79,7 +80,7 @@ async fn three_gateways_sharing_one_redis_admit_exactly_the_limit_in_total() {
         [[limits]]\nname = \"two-windows\"\nkey = [\"header:x-api-key\"]\nalgorithm = \"token_bucket\"\nrates = [{ limit = 100, per = \"1h\" }, { limit = 5, per = \"1h\" }]\n";
     let text = config(
         &upstream,
-        &redis_store(&server, "fleet:", ""),
+        &redis_store(&server, "fleet:", "2s", ""),
         &[("/one", "per-key"), ("/two", "two-windows")],
         limits,
     );
@@ -137,8 +138,12 @@ async fn each_request_is_one_evalsha_whatever_its_limits() {
     let upstream = TestUpstream::ok("ok").await;
     let limits = "[[limits]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nalgorithm = \"gcra\"\nrates = [{ limit = 100, per = \"1m\" }, { limit = 1000, per = \"1h\" }]\n\n\
         [[limits]]\nname = \"per-ip\"\nkey = [\"ip\"]\nalgorithm = \"sliding_window\"\nrates = [{ limit = 1000, per = \"1m\" }]\n";
-    let text = config(&upstream, &redis_store(&server, "one:", ""), &[], limits)
-        + "[[routes]]\nname = \"both\"\nupstream = \"api\"\nlimits = [\"per-key\", \"per-ip\"]\n";
+    let text = config(
+        &upstream,
+        &redis_store(&server, "one:", "2s", ""),
+        &[],
+        limits,
+    ) + "[[routes]]\nname = \"both\"\nupstream = \"api\"\nlimits = [\"per-key\", \"per-ip\"]\n";
     let gateway = TestGateway::start(&text).await;
     assert_eq!(status(&gateway, "/", "warm-up").await, StatusCode::OK);
 
@@ -184,7 +189,7 @@ async fn every_key_expires_and_none_holds_an_api_key_in_clear() {
     let routes: Vec<(&str, &str)> = routes.iter().map(|(p, a)| (p.as_str(), *a)).collect();
     let text = config(
         &upstream,
-        &redis_store(&server, "rl:", ""),
+        &redis_store(&server, "rl:", "2s", ""),
         &routes,
         &limits,
     );
@@ -238,10 +243,7 @@ async fn redis_killed_mid_load_each_limit_follows_its_on_error_and_recovers_with
     let limits = "[[limits]]\nname = \"open\"\nkey = [\"header:x-api-key\"]\nrates = [{ limit = 100000, per = \"1h\" }]\non_error = \"allow\"\n\n\
         [[limits]]\nname = \"closed\"\nkey = [\"header:x-api-key\"]\nrates = [{ limit = 100000, per = \"1h\" }]\non_error = \"deny\"\n\n\
         [[limits]]\nname = \"local\"\nkey = [\"header:x-api-key\"]\nrates = [{ limit = 10, per = \"1h\" }]\non_error = \"local\"\n";
-    let store = format!(
-        "backend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"kill:\"\ntimeout = \"400ms\"\nfallback_instances = 2",
-        server.url()
-    );
+    let store = redis_store(&server, "kill:", "400ms", "fallback_instances = 2");
     let text = config(
         &upstream,
         &store,
@@ -347,10 +349,7 @@ async fn a_paused_redis_costs_at_most_the_timeout_and_nothing_hangs() {
     let server = RedisServer::start();
     let upstream = TestUpstream::ok("ok").await;
     let limits = "[[limits]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nrates = [{ limit = 100, per = \"1m\" }]\n";
-    let store = format!(
-        "backend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"pause:\"\ntimeout = \"250ms\"",
-        server.url()
-    );
+    let store = redis_store(&server, "pause:", "250ms", "");
     let text = config(&upstream, &store, &[("/", "per-key")], limits);
     let gateway = TestGateway::start(&text).await;
     assert_eq!(status(&gateway, "/", "k").await, StatusCode::OK);
@@ -395,7 +394,7 @@ async fn a_denied_key_flood_costs_about_one_redis_call_per_retry_period() {
     let limits = "[[limits]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nalgorithm = \"gcra\"\nrates = [{ limit = 3, per = \"30s\" }]\n";
     let text = config(
         &upstream,
-        &redis_store(&server, "flood:", ""),
+        &redis_store(&server, "flood:", "2s", ""),
         &[("/", "per-key")],
         limits,
     );
@@ -434,7 +433,7 @@ async fn tiers_from_a_redis_hash_apply_without_a_reload() {
         [plans]\nkey = \"header:x-api-key\"\nredis_hash = \"tiers\"\nredis_ttl = \"200ms\"\n";
     let text = config(
         &upstream,
-        &redis_store(&server, "tier:", ""),
+        &redis_store(&server, "tier:", "2s", ""),
         &[("/", "per-key")],
         limits,
     );
@@ -579,10 +578,7 @@ async fn keys_of_a_foreign_type_are_replaced_not_fatal() {
     let upstream = TestUpstream::ok("ok").await;
     let limits = "[[limits]]\nname = \"log\"\nkey = [\"header:x-api-key\"]\nalgorithm = \"sliding_log\"\nrates = [{ limit = 3, per = \"1h\" }]\n\n\
         [[limits]]\nname = \"cell\"\nkey = [\"header:x-api-key\"]\nalgorithm = \"gcra\"\nrates = [{ limit = 3, per = \"1h\" }]\n";
-    let store = format!(
-        "backend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"odd:\"\ntimeout = \"2s\"\non_error = \"deny\"",
-        server.url()
-    );
+    let store = redis_store(&server, "odd:", "2s", "on_error = \"deny\"");
     let text = config(&upstream, &store, &[], limits)
         + "[[routes]]\nname = \"both\"\nupstream = \"api\"\nlimits = [\"log\", \"cell\"]\n";
     let gateway = TestGateway::start(&text).await;

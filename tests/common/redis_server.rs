@@ -91,15 +91,7 @@ impl RedisServer {
 
     /// How many times `command` ran (INFO commandstats).
     pub fn calls(&self, command: &str) -> u64 {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut self.connection())
-            .expect("INFO commandstats");
-        let prefix = format!("cmdstat_{command}:calls=");
-        info.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .map_or(0, |n| n.parse().expect("a call count"))
+        self.all_calls().get(command).copied().unwrap_or(0)
     }
 
     /// Every command's call count (INFO commandstats), by lowercase name.
@@ -120,13 +112,12 @@ impl RedisServer {
     fn spawn(&mut self) {
         let port = self.port.to_string();
         let mut command = Command::new("redis-server");
-        let ports = if self.tls {
-            ["--port", "0", "--tls-port", &port]
+        if self.tls {
+            command.args(["--port", "0", "--tls-port", &port]);
         } else {
-            ["--port", &port, "--port", &port]
-        };
+            command.args(["--port", &port]);
+        }
         command
-            .args(ports)
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
