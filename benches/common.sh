@@ -24,3 +24,32 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 # CPU ticks (utime+stime) of the given processes together, e.g. nginx's master and worker.
 cpu_ticks() { local total=0; for p in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $total; }
 peak_rss_kb() { local total=0; for p in "$@"; do total=$((total + $(awk '/VmHWM/ {print $2}' "/proc/$p/status"))); done; echo $total; }
+
+# A self-signed ECDSA P-256 certificate for bench.test: $WORK/bench.pem and $WORK/bench.key.
+bench_certificate() {
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj "/CN=bench.test" -addext "subjectAltName=DNS:bench.test" \
+    -keyout "$WORK/bench.key" -out "$WORK/bench.pem" 2>/dev/null
+}
+
+# A redis-server of the script's own on a free port: sets REDIS_PORT and REDIS_PID.
+start_redis() {
+  REDIS_PORT=$(free_port)
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 &
+  REDIS_PID=$!; PIDS+=($REDIS_PID)
+  wait_port "$REDIS_PORT"
+}
+
+# The two limits of two windows each that the limit scenarios put on the route, high enough
+# that the load never reaches them (and within what the Redis store counts exactly): the cost
+# of admission on the allowed path. Goes right after a [[routes]] table.
+TWO_LIMITS='limits = ["per-key", "per-ip"]
+[[limits]]
+name = "per-key"
+key = ["header:x-api-key"]
+rates = [{ limit = 10000000, per = "1m" }, { limit = 1000000000, per = "1d" }]
+[[limits]]
+name = "per-ip"
+key = ["ip", "route"]
+algorithm = "sliding_window"
+rates = [{ limit = 1000000, per = "1m" }, { limit = 2000000, per = "1h" }]'

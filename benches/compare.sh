@@ -33,11 +33,8 @@ NGINX=$(command -v nginx)
 
 UPSTREAM_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
-REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 & REDIS_PID=$!; PIDS+=($REDIS_PID)
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-  -subj "/CN=bench.test" -addext "subjectAltName=DNS:bench.test" \
-  -keyout "$WORK/bench.key" -out "$WORK/bench.pem" 2>/dev/null
+start_redis
+bench_certificate
 
 # --- nginx: one worker, upstream keep-alive, limit_req per IP that is never reached; a second
 # location limits per API key for the flood; an ssl listener for HTTPS ---
@@ -91,7 +88,9 @@ NGINX_PIDS=$(pgrep -f "nginx.*$WORK/nginx.conf" | tr '\n' ' ')
 NGINX_PIDS="$NGINX_PIDS $(pgrep -P "$(cat "$WORK/nginx.pid")" | tr '\n' ' ')"
 
 # --- ours ---
-ours() { # NAME EXTRA_TOML ROUTE_TOML LIMITS_TOML -> starts a proxy, prints "PORT PID"
+# NAME EXTRA_TOML ROUTE_TOML LIMITS_TOML: starts a proxy, sets OURS_PORT and OURS_PID. Not in a
+# subshell, so that PIDS (what cleanup stops) sees it.
+ours() {
   local port; port=$(free_port)
   cat > "$WORK/$1.toml" <<TOML
 [server]
@@ -108,19 +107,8 @@ $4
 TOML
   RUST_LOG=warn "$BIN" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
   PIDS+=($!)
-  echo "$port $!"
+  OURS_PORT=$port; OURS_PID=$!
 }
-# Limits the load never reaches (within what the Redis store counts exactly).
-LIMITS='limits = ["per-key", "per-ip"]
-[[limits]]
-name = "per-key"
-key = ["header:x-api-key"]
-rates = [{ limit = 10000000, per = "1m" }, { limit = 1000000000, per = "1d" }]
-[[limits]]
-name = "per-ip"
-key = ["ip", "route"]
-algorithm = "sliding_window"
-rates = [{ limit = 1000000, per = "1m" }, { limit = 2000000, per = "1h" }]'
 EDGE='[edge]
 rate = "1000000/s"'
 # (e): /flood counts per API key, 1 a minute, like nginx's perkey zone.
@@ -134,19 +122,23 @@ name = "flood"
 key = ["header:x-api-key"]
 rates = [{ limit = 1, per = "1m" }]'
 TLS_PORT=$(free_port)
-read -r A_PORT A_PID < <(ours a "[[server.tls]]
+ours a "[[server.tls]]
 listen = \"127.0.0.1:$TLS_PORT\"
-certs = [{ cert = \"bench.pem\", key = \"bench.key\" }]" "" "")
-read -r B_PORT B_PID < <(ours b "$EDGE" "" "")
-read -r C_PORT C_PID < <(ours c "$EDGE
+certs = [{ cert = \"bench.pem\", key = \"bench.key\" }]" "" ""
+A_PORT=$OURS_PORT; A_PID=$OURS_PID
+ours b "$EDGE" "" ""
+B_PORT=$OURS_PORT; B_PID=$OURS_PID
+ours c "$EDGE
 [store]
-hash_secret = \"bench\"" "$FLOOD" "$LIMITS")
-read -r D_PORT D_PID < <(ours d "$EDGE
+hash_secret = \"bench\"" "$FLOOD" "$TWO_LIMITS"
+C_PORT=$OURS_PORT; C_PID=$OURS_PID
+ours d "$EDGE
 [store]
 hash_secret = \"bench\"
 backend = \"redis\"
 url = \"redis://127.0.0.1:$REDIS_PORT/0\"
-timeout = \"100ms\"" "" "$LIMITS")
+timeout = \"100ms\"" "" "$TWO_LIMITS"
+D_PORT=$OURS_PORT; D_PID=$OURS_PID
 for port in "$A_PORT" "$B_PORT" "$C_PORT" "$D_PORT" "$TLS_PORT" "$NGINX_TLS_PORT"; do wait_port "$port"; done
 
 # (e)'s load: 1 request in 10 with a fresh key (allowed), 9 with one flooding key (denied).

@@ -23,9 +23,7 @@ UPSTREAM_PORT=$(free_port)
 PROXY_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
 TLS_PORT=$(free_port)
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
-  -subj "/CN=bench.test" -addext "subjectAltName=DNS:bench.test" \
-  -keyout "$WORK/bench.key" -out "$WORK/bench.pem" 2>/dev/null
+bench_certificate
 cat > "$WORK/gw.toml" <<TOML
 [server]
 listen = ["127.0.0.1:$PROXY_PORT"]
@@ -55,21 +53,11 @@ servers = ["http://127.0.0.1:$UPSTREAM_PORT"]
 [[routes]]
 name = "default"
 upstream = "echo"
-limits = ["per-key", "per-ip"]
-[[limits]]
-name = "per-key"
-key = ["header:x-api-key"]
-rates = [{ limit = 10000000, per = "1m" }, { limit = 1000000000, per = "1d" }]
-[[limits]]
-name = "per-ip"
-key = ["ip", "route"]
-algorithm = "sliding_window"
-rates = [{ limit = 1000000, per = "1m" }, { limit = 2000000, per = "1h" }]
+$TWO_LIMITS
 TOML
 # The same two limits in Redis (one EVALSHA per request), on a redis-server of its own.
-REDIS_PORT=$(free_port)
+start_redis
 REDIS_PROXY_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >/dev/null 2>&1 & REDIS_PID=$!; PIDS+=($REDIS_PID)
 sed -e "s/^listen = .*/listen = [\"127.0.0.1:$REDIS_PROXY_PORT\"]/" \
     -e "s|^hash_secret = .*|hash_secret = \"bench\"\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:$REDIS_PORT/0\"\ntimeout = \"100ms\"|" \
     "$WORK/limits.toml" > "$WORK/redis.toml"
@@ -77,7 +65,7 @@ RUST_LOG=warn "$BIN" --config "$WORK/redis.toml" >"$WORK/redis-proxy.log" 2>&1 &
 RUST_LOG=warn "$BIN" --config "$WORK/gw.toml" >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
 RUST_LOG=warn "$BIN" --config "$WORK/limits.toml" >"$WORK/limits.log" 2>&1 & LIMITS_PID=$!; PIDS+=($LIMITS_PID)
 wait_port "$UPSTREAM_PORT"; wait_port "$PROXY_PORT"; wait_port "$LIMITS_PORT"; wait_port "$TLS_PORT"
-wait_port "$REDIS_PORT"; wait_port "$REDIS_PROXY_PORT"
+wait_port "$REDIS_PROXY_PORT"
 
 # run NAME URL PID [wrk args]: one wrk run; prints a table row. PID is the process whose CPU
 # is charged.
