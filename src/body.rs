@@ -5,22 +5,22 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::proxy::connections::PooledBody;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
 
 use crate::metrics::InFlightGauge;
 use crate::route::InFlightSlot;
 
 pub struct ResponseBody {
-    inner: Either<Incoming, Full<Bytes>>,
+    inner: Either<PooledBody, Full<Bytes>>,
     _slot: Option<InFlightSlot>,
     _counted: Option<InFlightGauge>,
 }
 
 impl ResponseBody {
-    pub fn upstream(body: Incoming) -> ResponseBody {
+    pub fn upstream(body: PooledBody) -> ResponseBody {
         ResponseBody {
             inner: Either::Left(body),
             _slot: None,

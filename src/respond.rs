@@ -26,7 +26,7 @@ pub enum GatewayError {
         upstream: String,
         server: String,
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: crate::proxy::connections::BoxError,
     },
     #[error("upstream {upstream:?} server {server} did not accept a connection within {after:?}")]
     UpstreamConnectTimeout {
@@ -51,10 +51,8 @@ pub enum GatewayError {
         upstream: String,
         server: String,
         #[source]
-        source: hyper_util::client::legacy::Error,
+        source: hyper::Error,
     },
-    #[error("the request cannot be forwarded: {reason}")]
-    BadRequest { reason: &'static str },
 }
 
 impl GatewayError {
@@ -70,7 +68,6 @@ impl GatewayError {
             GatewayError::UpstreamConnectTimeout { .. } | GatewayError::UpstreamTimeout { .. } => {
                 StatusCode::GATEWAY_TIMEOUT
             }
-            GatewayError::BadRequest { .. } => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -85,9 +82,7 @@ impl GatewayError {
     /// What a client may be told. Upstream addresses stay in the logs, not in answers.
     fn public_detail(&self) -> String {
         match self {
-            GatewayError::NoRoute { .. }
-            | GatewayError::HeadersTooLarge { .. }
-            | GatewayError::BadRequest { .. } => self.to_string(),
+            GatewayError::NoRoute { .. } | GatewayError::HeadersTooLarge { .. } => self.to_string(),
             GatewayError::NoHealthyServer { .. } => {
                 "no upstream server is available; try again later".into()
             }

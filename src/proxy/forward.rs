@@ -2,7 +2,7 @@
 //! bodies. A bodiless idempotent request whose connection was refused is retried once on
 //! another server; a 101 answer turns the two connections into a byte tunnel.
 
-use http::header::UPGRADE;
+use http::header::{HOST, UPGRADE};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
@@ -11,6 +11,7 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
+use super::connections::{PooledBody, SendError};
 use super::headers::{self, Forwarded};
 use super::upstream::{UpstreamBody, UpstreamPool};
 use crate::respond::{GatewayError, ResponseBody};
@@ -78,43 +79,39 @@ async fn send(
     server: usize,
     method: Method,
     path: PathAndQuery,
-    headers: HeaderMap,
+    mut headers: HeaderMap,
     body: UpstreamBody,
-) -> Result<Response<Incoming>, GatewayError> {
+) -> Result<Response<PooledBody>, GatewayError> {
     let target = &pool.servers[server];
-    let uri = Uri::builder()
-        .scheme(target.server.scheme.clone())
-        .authority(target.server.authority.clone())
-        .path_and_query(path)
-        .build()
-        .map_err(|_| GatewayError::BadRequest {
-            reason: "the request target is not a valid URI",
-        })?;
+    if !headers.contains_key(HOST) {
+        headers.insert(HOST, target.host.clone());
+    }
     let mut request = Request::new(body);
     *request.method_mut() = method;
-    *request.uri_mut() = uri;
+    *request.uri_mut() = Uri::from(path);
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
 
     let _in_flight = pool.begin(server);
     let upstream = || pool.name.clone();
     let label = || target.label.clone();
-    match tokio::time::timeout(pool.response_timeout, pool.client.request(request)).await {
+    let exchange = pool.connections.send(server, &target.address, request);
+    match tokio::time::timeout(pool.response_timeout, exchange).await {
         Ok(Ok(response)) => Ok(response),
         Err(_elapsed) => Err(GatewayError::UpstreamTimeout {
             upstream: upstream(),
             server: label(),
             after: pool.response_timeout,
         }),
-        Ok(Err(source)) if source.is_connect() => {
+        Ok(Err(SendError::Connect(source))) => {
             pool.eject(server);
-            if let Some(tls) = tls_error(&source) {
+            if let Some(tls) = tls_error(source.as_ref()) {
                 Err(GatewayError::UpstreamTls {
                     upstream: upstream(),
                     server: label(),
                     reason: tls.to_string(),
                 })
-            } else if is_timeout(&source) {
+            } else if is_timeout(source.as_ref()) {
                 Err(GatewayError::UpstreamConnectTimeout {
                     upstream: upstream(),
                     server: label(),
@@ -128,7 +125,7 @@ async fn send(
                 })
             }
         }
-        Ok(Err(source)) => Err(GatewayError::UpstreamFailed {
+        Ok(Err(SendError::Exchange(source))) => Err(GatewayError::UpstreamFailed {
             upstream: upstream(),
             server: label(),
             source,
@@ -138,7 +135,7 @@ async fn send(
 
 /// The upstream response as the client gets it; a 101 starts the tunnel.
 fn client_response(
-    mut response: Response<Incoming>,
+    mut response: Response<PooledBody>,
     client_upgrade: Option<OnUpgrade>,
 ) -> Response<ResponseBody> {
     match client_upgrade {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use http::{Request, Uri};
+use http::Request;
 use http_body_util::{BodyExt, Either, Empty};
 use tokio::time::{MissedTickBehavior, timeout};
 use tokio_util::sync::CancellationToken;
@@ -44,21 +44,20 @@ async fn run_checks(pool: Arc<UpstreamPool>, check: HealthCheck, stop: Cancellat
 }
 
 async fn probe(pool: &UpstreamPool, server: usize, check: &HealthCheck) -> bool {
-    let target = &pool.servers[server].server;
-    let uri = Uri::builder()
-        .scheme(target.scheme.clone())
-        .authority(target.authority.clone())
-        .path_and_query(check.path.as_str())
-        .build();
-    let Ok(uri) = uri else { return false };
-    let Ok(request) = Request::get(uri)
+    let target = &pool.servers[server];
+    let Ok(request) = Request::get(check.path.as_str())
+        .header(http::header::HOST, target.host.clone())
         .header(http::header::USER_AGENT, "ratelimit-proxy-health-check")
         .body(Either::Right(Empty::new()))
     else {
         return false;
     };
     let exchange = async {
-        let response = pool.client.request(request).await.ok()?;
+        let connections = &pool.connections;
+        let response = connections
+            .send(server, &target.address, request)
+            .await
+            .ok()?;
         let passed = response.status().is_success();
         // Read the body so the connection can be reused for the next check.
         response.into_body().collect().await.ok()?;

@@ -3,6 +3,7 @@
 //! own module; refusals come back as values and `respond` turns them into answers.
 
 mod admit;
+pub mod connections;
 mod forward;
 pub mod headers;
 mod health;
@@ -124,9 +125,12 @@ impl Runtime {
         })
     }
 
-    /// Starts the background work of this runtime (health checks) until `stop`.
+    /// Starts the background work of this runtime (health checks, closing idle upstream
+    /// connections) until `stop`.
     pub fn start_background(&self, stop: &CancellationToken) {
         health::spawn_checkers(&self.upstreams, stop);
+        let pools = self.upstreams.clone();
+        tokio::spawn(connections::close_expired_until(pools, stop.clone()));
     }
 }
 

@@ -6,21 +6,18 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::{HeaderValue, Uri};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
-use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use super::connections::Connections;
 use crate::config::{Balance, HealthCheck, UpstreamConfig, UpstreamServer};
 use crate::tls::upstream::client_config;
 
 /// Body sent upstream: the client's streamed body, or nothing (retries, health checks).
 pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
-
-/// How long an unused keep-alive connection to an upstream stays pooled.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// One server and what the gateway currently knows about it.
 #[derive(Debug)]
@@ -28,6 +25,10 @@ pub struct ServerState {
     pub server: UpstreamServer,
     /// `scheme://authority`, for logs and errors.
     pub label: String,
+    /// Where connections go: scheme and authority.
+    pub address: Uri,
+    /// The Host header for a request that came without one (HTTP/1.0).
+    pub host: HeaderValue,
     in_flight: AtomicUsize,
     passes_checks: AtomicBool,
     check_streak: AtomicU32,
@@ -39,7 +40,7 @@ pub struct ServerState {
 pub struct UpstreamPool {
     pub name: String,
     pub servers: Vec<ServerState>,
-    pub client: Client<HttpsConnector<HttpConnector>, UpstreamBody>,
+    pub connections: Connections,
     pub response_timeout: Duration,
     pub connect_timeout: Duration,
     pub health_check: Option<HealthCheck>,
@@ -51,16 +52,15 @@ pub struct UpstreamPool {
 
 impl UpstreamPool {
     pub fn new(config: &UpstreamConfig) -> Result<UpstreamPool, rustls::Error> {
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-            .pool_timer(TokioTimer::new())
-            .timer(TokioTimer::new())
-            .build(connector(config)?);
+        let connections = Connections::new(connector(config)?, config.servers.len());
         let servers = config
             .servers
             .iter()
             .map(|server| ServerState {
                 label: server.to_string(),
+                address: address(server),
+                host: HeaderValue::from_str(server.authority.as_str())
+                    .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
                 server: server.clone(),
                 in_flight: AtomicUsize::new(0),
                 passes_checks: AtomicBool::new(true),
@@ -71,7 +71,7 @@ impl UpstreamPool {
         Ok(UpstreamPool {
             name: config.name.clone(),
             servers,
-            client,
+            connections,
             response_timeout: config.response_timeout,
             connect_timeout: config.connect_timeout,
             health_check: config.health_check.clone(),
@@ -156,6 +156,17 @@ impl UpstreamPool {
     fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
     }
+}
+
+/// `scheme://authority/`: what the connector is given.
+fn address(server: &UpstreamServer) -> Uri {
+    Uri::builder()
+        .scheme(server.scheme.clone())
+        .authority(server.authority.clone())
+        .path_and_query("/")
+        .build()
+        // Cannot fail: scheme and authority were parsed when the config was loaded.
+        .unwrap_or_default()
 }
 
 /// TCP with the pool's connect timeout, plus TLS for `https://` servers.

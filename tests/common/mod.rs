@@ -123,6 +123,8 @@ impl TestGateway {
 pub struct TestUpstream {
     pub addr: SocketAddr,
     pub hits: Arc<AtomicUsize>,
+    /// Connections accepted so far.
+    pub accepted: Arc<AtomicUsize>,
     task: JoinHandle<()>,
     /// Cancelling it closes every open connection, as a crashed server would.
     connections: tokio_util::sync::CancellationToken,
@@ -139,6 +141,8 @@ impl TestUpstream {
         let addr = listener.local_addr().unwrap();
         let hits = Arc::new(AtomicUsize::new(0));
         let counted = hits.clone();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let accepting = accepted.clone();
         let connections = tokio_util::sync::CancellationToken::new();
         let closing = connections.clone();
         let task = tokio::spawn(async move {
@@ -146,6 +150,7 @@ impl TestUpstream {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                accepting.fetch_add(1, Ordering::SeqCst);
                 let handler = handler.clone();
                 let counted = counted.clone();
                 let closing = closing.clone();
@@ -168,6 +173,7 @@ impl TestUpstream {
         TestUpstream {
             addr,
             hits,
+            accepted,
             task,
             connections,
         }
@@ -184,6 +190,10 @@ impl TestUpstream {
 
     pub fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
+    }
+
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// Closes the listener and every open connection, so new connections are refused.

@@ -1,0 +1,295 @@
+//! The gateway's own pool of keep-alive connections to upstream servers: connections are
+//! reused, and a connection that closed while idle, answered `Connection: close`, is still
+//! busy uploading, or lost its response halfway is never handed to another request.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// What a hand-written upstream does after answering a request.
+#[derive(Clone, Copy)]
+enum Behaviour {
+    /// Keeps the connection open for more requests.
+    KeepAlive,
+    /// Says nothing about the connection, then closes it after a moment (as a server with a
+    /// short keep-alive timeout does while the connection sits idle in the gateway's pool).
+    CloseWhenIdle,
+    /// Answers `Connection: close` and closes.
+    ConnectionClose,
+}
+
+/// A hand-written HTTP/1.1 upstream that answers every request head at once ("ok", or 413 to
+/// a request with a body, before reading that body), reads the body, and then does `then`.
+struct RawUpstream {
+    url: String,
+    accepted: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RawUpstream {
+    async fn start(then: Behaviour) -> RawUpstream {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counting = accepted.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                counting.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(serve_raw(stream, then));
+            }
+        });
+        RawUpstream {
+            url,
+            accepted,
+            task,
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for RawUpstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn serve_raw(mut stream: TcpStream, then: Behaviour) {
+    let mut buffer = Vec::new();
+    loop {
+        let Some(head_end) = read_head(&mut stream, &mut buffer).await else {
+            return;
+        };
+        let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|line| line.strip_prefix("content-length:"))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0);
+        let close = matches!(then, Behaviour::ConnectionClose);
+        let answer = match (length, close) {
+            (0, false) => "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+            (0, true) => "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok",
+            _ => "HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\n\r\n",
+        };
+        if stream.write_all(answer.as_bytes()).await.is_err() {
+            return;
+        }
+        buffer.drain(..head_end);
+        while buffer.len() < length {
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        }
+        buffer.drain(..length);
+        match then {
+            Behaviour::KeepAlive => {}
+            Behaviour::ConnectionClose => return,
+            Behaviour::CloseWhenIdle => {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Reads until a whole request head is in `buffer`; returns where it ends.
+async fn read_head(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<usize> {
+    loop {
+        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(at + 4);
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+async fn gateway_for(upstream: &str) -> TestGateway {
+    TestGateway::start(&one_route_config(&[upstream.to_string()], "")).await
+}
+
+#[tokio::test]
+async fn sequential_requests_share_one_upstream_connection_also_after_bodiless_answers() {
+    let upstream = TestUpstream::start(|request| async move {
+        let mut response = Response::new(match request.uri().path() {
+            "/no-content" => empty(),
+            _ => full("twelve bytes"),
+        });
+        if request.uri().path() == "/no-content" {
+            *response.status_mut() = StatusCode::NO_CONTENT;
+        }
+        response
+    })
+    .await;
+    let gateway = gateway_for(&upstream.url()).await;
+    for round in 0..10 {
+        let (response, body) = get(&gateway.url("/doc")).await;
+        assert_eq!(
+            (response.status(), &body[..]),
+            (StatusCode::OK, &b"twelve bytes"[..])
+        );
+        let head = Request::head(gateway.url("/doc")).body(empty()).unwrap();
+        assert_eq!(send(head).await.0.status(), StatusCode::OK, "round {round}");
+        let (response, _) = get(&gateway.url("/no-content")).await;
+        assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    }
+    // 30 requests, one at a time. A connection whose task has not yet seen the end of its
+    // exchange when the next request comes is pooled a moment later, so a second one may open.
+    assert!(
+        upstream.accepted() <= 2,
+        "{} connections",
+        upstream.accepted()
+    );
+}
+
+/// Five requests to an upstream that ends each connection after one answer, `pause` apart:
+/// each must succeed, on a connection of its own.
+async fn each_succeeds_on_a_new_connection(ending: Behaviour, pause: Duration) {
+    let upstream = RawUpstream::start(ending).await;
+    let gateway = gateway_for(&upstream.url).await;
+    for round in 0..5 {
+        let (response, body) = get(&gateway.url("/")).await;
+        assert_eq!(
+            (response.status(), &body[..]),
+            (StatusCode::OK, &b"ok"[..]),
+            "round {round}"
+        );
+        tokio::time::sleep(pause).await;
+    }
+    assert_eq!(upstream.accepted(), 5);
+}
+
+#[tokio::test]
+async fn a_connection_the_upstream_closed_while_idle_is_skipped_without_an_error() {
+    // The upstream closes each pooled connection during the pause.
+    each_succeeds_on_a_new_connection(Behaviour::CloseWhenIdle, Duration::from_millis(150)).await;
+}
+
+#[tokio::test]
+async fn a_connection_close_answer_is_not_reused() {
+    each_succeeds_on_a_new_connection(Behaviour::ConnectionClose, Duration::ZERO).await;
+}
+
+#[tokio::test]
+async fn a_connection_still_uploading_after_an_early_answer_holds_up_no_other_request() {
+    let upstream = RawUpstream::start(Behaviour::KeepAlive).await;
+    let gateway = gateway_for(&upstream.url).await;
+    let (chunks, receiver) = tokio::sync::mpsc::channel::<Result<_, std::io::Error>>(1);
+    let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        receiver.recv().await.map(|item| (item, receiver))
+    });
+    let upload = StreamBody::new(stream).map_err(|e| e.into()).boxed();
+    let post = Request::post(gateway.url("/upload"))
+        .header("content-length", "8")
+        .body(upload)
+        .unwrap();
+    chunks
+        .send(Ok(http_body::Frame::data(Bytes::from_static(b"half"))))
+        .await
+        .unwrap();
+    // The upstream answers 413 after the head, while the body is still on its way.
+    let (response, _) = send(post).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+
+    // That connection is busy until the upload ends, which waits for this request: were it
+    // handed this request, both would wait until the timeout below.
+    let next = gateway.url("/next");
+    let waiting = tokio::time::timeout(Duration::from_secs(10), get(&next));
+    let (response, body) = waiting.await.expect("not queued behind the upload");
+    assert_eq!((response.status(), &body[..]), (StatusCode::OK, &b"ok"[..]));
+    assert_eq!(upstream.accepted(), 2);
+
+    // Once the upload is over, its connection is pooled again and used.
+    chunks
+        .send(Ok(http_body::Frame::data(Bytes::from_static(b"rest"))))
+        .await
+        .unwrap();
+    drop(chunks);
+    for _ in 0..6 {
+        let (response, _) = get(&gateway.url("/after")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+    }
+    assert_eq!(upstream.accepted(), 2);
+}
+
+#[tokio::test]
+async fn a_response_dropped_halfway_does_not_return_its_connection() {
+    let upstream = TestUpstream::start(|request| async move {
+        if request.uri().path() != "/endless" {
+            return Response::new(full("short"));
+        }
+        // One chunk, then nothing: the body never ends.
+        let (sender, receiver) = tokio::sync::mpsc::channel::<Result<_, std::io::Error>>(1);
+        tokio::spawn(async move {
+            let first = http_body::Frame::data(Bytes::from_static(b"first"));
+            let _ = sender.send(Ok(first)).await;
+            sender.closed().await;
+        });
+        let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+            receiver.recv().await.map(|item| (item, receiver))
+        });
+        Response::new(StreamBody::new(stream).map_err(|e| e.into()).boxed())
+    })
+    .await;
+    let gateway = gateway_for(&upstream.url()).await;
+
+    let response = client()
+        .request(Request::get(gateway.url("/endless")).body(empty()).unwrap())
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    let frame = body.frame().await.unwrap().unwrap();
+    assert_eq!(frame.into_data().unwrap(), "first");
+    drop(body);
+
+    for _ in 0..5 {
+        let (response, body) = get(&gateway.url("/short")).await;
+        assert_eq!(
+            (response.status(), &body[..]),
+            (StatusCode::OK, &b"short"[..])
+        );
+    }
+    // The half-read connection was closed, not pooled; the short answers share a second one.
+    assert!(
+        (2..=3).contains(&upstream.accepted()),
+        "{} connections",
+        upstream.accepted()
+    );
+}
+
+#[tokio::test]
+async fn a_request_without_host_reaches_the_upstream_with_the_servers_authority() {
+    let upstream = TestUpstream::start(|request| async move {
+        let host = request.headers().get("host").cloned();
+        Response::new(full(
+            host.map_or_else(Bytes::new, |h| Bytes::copy_from_slice(h.as_bytes())),
+        ))
+    })
+    .await;
+    let gateway = gateway_for(&upstream.url()).await;
+    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
+    stream
+        .write_all(b"GET /old HTTP/1.0\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
+    assert!(answer.ends_with(&upstream.addr.to_string()), "{answer}");
+}
