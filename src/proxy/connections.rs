@@ -88,7 +88,9 @@ impl Connections {
                 },
             }
         }
-        let mut sender = self.connect(address).await?;
+        // Boxed: the connector's future is large and only needed for new connections, so
+        // every request's future stays small (futures are moved, byte by byte, as they go).
+        let mut sender = Box::pin(self.connect(address)).await?;
         let response = sender
             .send_request(request)
             .await

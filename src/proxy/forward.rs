@@ -59,15 +59,16 @@ pub async fn forward<'r>(
             };
             *served_by = Some(&pool.servers[second].label);
             tracing::debug!(upstream = %pool.name, error = %error, "retrying on another server");
-            send(
+            // Boxed, as rare: a second `send` inline would double this future's size.
+            let retry = send(
                 pool,
                 second,
                 parts.method,
                 path,
                 headers,
                 Either::Right(Empty::new()),
-            )
-            .await?
+            );
+            Box::pin(retry).await?
         }
         other => other?,
     };
