@@ -86,11 +86,16 @@ fn check(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The gateway runs on this thread's single-threaded runtime as its worker 0 and starts the
+/// other workers itself (see `server`); the echo upstream uses a work-stealing runtime.
 fn run_async(command: Option<Command>, config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = match command {
+        Some(Command::Echo { .. }) => tokio::runtime::Builder::new_multi_thread(),
+        _ => tokio::runtime::Builder::new_current_thread(),
+    }
+    .enable_all()
+    .build()
+    .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         match command {
             Some(Command::Demo { listen }) => demo(listen).await,

@@ -96,6 +96,30 @@ fn bad_duration_names_its_path_and_the_expected_form() {
 }
 
 #[test]
+fn workers_must_be_a_whole_number_from_1_to_1024() {
+    for bad in ["0", "1025", "-2"] {
+        let lines = problems(&VALID.replace("[server]", &format!("[server]\nworkers = {bad}")));
+        assert_eq!(
+            lines,
+            [format!(
+                "gw.toml: server.workers: expected a whole number from 1 to 1024, got {bad}"
+            )]
+        );
+    }
+    let text = VALID.replace("[server]", "[server]\nworkers = \"auto\"");
+    let lines = problems(&text);
+    assert!(lines[0].contains("server.workers"), "{lines:?}");
+    let config = parse_str(
+        &VALID.replace("[server]", "[server]\nworkers = 3"),
+        "gw.toml",
+    );
+    assert_eq!(config.unwrap().server.workers, 3);
+    let default = parse_str(VALID, "gw.toml").unwrap().server.workers;
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(default, cpus.min(1024));
+}
+
+#[test]
 fn unknown_upstream_names_its_path_and_the_known_ones() {
     let lines = problems(&VALID.replace("upstream = \"api\"", "upstream = \"apii\""));
     assert_eq!(

@@ -287,6 +287,56 @@ async fn shutdown_finishes_in_flight_requests_and_refuses_new_connections() {
 }
 
 #[tokio::test]
+async fn shutdown_drains_the_requests_of_every_worker_then_stops_them() {
+    let upstream = TestUpstream::start(|_| async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Response::new(full("finished"))
+    })
+    .await;
+    let gateway = gateway_with("workers = 4\nshutdown_grace = \"10s\"", &upstream).await;
+    let addr = gateway.addr;
+    // Sixteen connections at once: the four workers race to accept them.
+    let url: &'static str = gateway.url("/slow").leak();
+    let in_flight: Vec<_> = (0..16).map(|_| tokio::spawn(get(url))).collect();
+    assert!(eventually(Duration::from_secs(5), || upstream.hits() == 16).await);
+
+    let serving = gateway.stop();
+    for request in in_flight {
+        let (response, body) = request.await.unwrap();
+        assert_eq!(
+            (response.status(), &body[..]),
+            (StatusCode::OK, &b"finished"[..])
+        );
+    }
+    let result = tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("serve returned once every worker stopped")
+        .unwrap();
+    assert!(result.is_ok());
+    // No worker kept a copy of the listener open.
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}
+
+#[tokio::test]
+async fn dropping_the_gateway_stops_every_worker() {
+    let upstream = TestUpstream::ok("ok").await;
+    let gateway = gateway_with("workers = 3", &upstream).await;
+    let addr = gateway.addr;
+    for _ in 0..6 {
+        assert_eq!(get(&gateway.url("/")).await.0.status(), StatusCode::OK);
+    }
+    gateway.abort();
+    assert!(
+        eventually(Duration::from_secs(5), || std::net::TcpStream::connect(
+            addr
+        )
+        .is_err())
+        .await,
+        "a worker still listens after the gateway was dropped"
+    );
+}
+
+#[tokio::test]
 async fn keep_alive_waits_follow_idle_timeout_and_a_slow_second_head_is_still_cut() {
     let upstream = TestUpstream::ok("ok").await;
     let gateway = gateway_with(

@@ -64,6 +64,8 @@ pub struct ServerConfig {
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub shutdown_grace: Duration,
+    /// Threads serving connections, each with its own event loop (`[server] workers`).
+    pub workers: usize,
     /// HTTPS listeners (`[[server.tls]]`).
     pub tls: Vec<TlsListenerConfig>,
 }

@@ -36,6 +36,7 @@ pub struct RawServer {
     pub max_connections: Option<i64>,
     pub max_header_bytes: Option<i64>,
     pub shutdown_grace: Option<String>,
+    pub workers: Option<i64>,
     #[serde(default)]
     pub tls: Vec<RawTlsListener>,
 }

@@ -259,8 +259,21 @@ fn server(raw: &RawServer, problems: &mut Problems) -> ServerConfig {
             raw.shutdown_grace.as_deref(),
             Duration::from_secs(30),
         ),
+        workers: problems.number(
+            "server.workers".into(),
+            raw.workers,
+            (1, MAX_WORKERS),
+            default_workers(),
+        ) as usize,
         tls: Vec::new(),
     }
+}
+
+const MAX_WORKERS: i64 = 1024;
+
+/// One worker per CPU the process may use, as nginx's `worker_processes auto`.
+fn default_workers() -> i64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_WORKERS as usize) as i64)
 }
 
 fn upstream(

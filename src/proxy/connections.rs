@@ -7,6 +7,7 @@
 //! legacy client, whose pool hashed its key three times and went through a checkout future per
 //! request (about a fifth of the instructions of a proxied request, see docs/PERFORMANCE.md).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -46,10 +47,22 @@ pub enum SendError {
     Exchange(hyper::Error),
 }
 
-/// The pooled connections of one upstream, by server index.
+thread_local! {
+    static WORKER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Marks the calling thread as serving worker `index` (see `server`): its requests take and
+/// give back connections of their own idle lists, so a connection's task runs on the thread
+/// whose requests use it and no exchange crosses threads.
+pub fn set_worker(index: usize) {
+    WORKER.with(|worker| worker.set(index));
+}
+
+/// The pooled connections of one upstream: an idle list per server and worker.
 pub struct Connections {
     connector: HttpsConnector<HttpConnector>,
     idle: Box<[Arc<IdleList>]>,
+    workers: usize,
 }
 
 /// One server's idle connections, the most recently used last.
@@ -62,11 +75,23 @@ struct Idle {
 }
 
 impl Connections {
-    pub fn new(connector: HttpsConnector<HttpConnector>, servers: usize) -> Connections {
+    pub fn new(
+        connector: HttpsConnector<HttpConnector>,
+        servers: usize,
+        workers: usize,
+    ) -> Connections {
+        let workers = workers.max(1);
         Connections {
             connector,
-            idle: (0..servers).map(|_| Arc::default()).collect(),
+            idle: (0..servers * workers).map(|_| Arc::default()).collect(),
+            workers,
         }
+    }
+
+    /// The calling worker's idle list for `server`.
+    fn idle_list(&self, server: usize) -> &Arc<IdleList> {
+        let worker = WORKER.with(Cell::get) % self.workers;
+        &self.idle[server * self.workers + worker]
     }
 
     /// Sends `request` (origin-form target, Host set) to server `server`, reached at `address`
@@ -78,7 +103,7 @@ impl Connections {
         address: &Uri,
         mut request: Request<UpstreamBody>,
     ) -> Result<Response<PooledBody>, SendError> {
-        let idle = &self.idle[server];
+        let idle = self.idle_list(server);
         while let Some(mut sender) = idle.take_ready() {
             match sender.try_send_request(request).await {
                 Ok(response) => return Ok(pooled(response, sender, idle)),
@@ -128,9 +153,10 @@ impl Connections {
         }
     }
 
-    /// Idle connections to `server`.
+    /// Idle connections to `server`, of all workers.
     pub fn idle_count(&self, server: usize) -> usize {
-        self.idle[server].lock().len()
+        let lists = &self.idle[server * self.workers..(server + 1) * self.workers];
+        lists.iter().map(|list| list.lock().len()).sum()
     }
 }
 
@@ -303,7 +329,7 @@ mod tests {
             health_check: None,
             tls: Default::default(),
         };
-        UpstreamPool::new(&config).unwrap()
+        UpstreamPool::new(&config, 2).unwrap()
     }
 
     async fn exchange(pool: &UpstreamPool) {

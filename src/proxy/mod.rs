@@ -81,7 +81,7 @@ impl Runtime {
         let upstreams: Result<Vec<_>, _> = config
             .upstreams
             .iter()
-            .map(|u| UpstreamPool::new(u).map(Arc::new))
+            .map(|u| UpstreamPool::new(u, config.server.workers).map(Arc::new))
             .collect();
         let stores = stores(config, previous.map(|p| p.limiter.stores()));
         let limiter = Limiter::new(

@@ -51,8 +51,9 @@ pub struct UpstreamPool {
 }
 
 impl UpstreamPool {
-    pub fn new(config: &UpstreamConfig) -> Result<UpstreamPool, rustls::Error> {
-        let connections = Connections::new(connector(config)?, config.servers.len());
+    /// A pool for `workers` serving threads (see `connections::set_worker`).
+    pub fn new(config: &UpstreamConfig, workers: usize) -> Result<UpstreamPool, rustls::Error> {
+        let connections = Connections::new(connector(config)?, config.servers.len(), workers);
         let servers = config
             .servers
             .iter()
@@ -219,7 +220,7 @@ mod tests {
             health_check: None,
             tls: Default::default(),
         };
-        UpstreamPool::new(&config).unwrap()
+        UpstreamPool::new(&config, 1).unwrap()
     }
 
     fn check() -> HealthCheck {

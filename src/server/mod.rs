@@ -1,6 +1,12 @@
 //! Listeners and the serving lifecycle: bind plain and TLS listeners, accept within
 //! `max_connections`, serve each connection, and on shutdown stop accepting and let in-flight
 //! requests finish within `shutdown_grace`.
+//!
+//! Connections are served by `[server] workers` threads, each with its own single-threaded
+//! event loop accepting from every listener (as nginx's worker processes do): a connection,
+//! its requests and the upstream connections they use stay on one thread, with no wakeups
+//! across threads and no work stealing. The calling runtime is worker 0 and also runs the
+//! admin listener and the background work (health checks, reloads).
 
 mod admin;
 mod connection;
@@ -42,11 +48,14 @@ pub enum ServeError {
     },
     #[error("cannot set up TLS: {0}")]
     Tls(#[from] rustls::Error),
+    #[error("cannot start the workers: {0}")]
+    Worker(String),
 }
 
-/// One bound listener: plain (HTTP/1.1 and h2c) or TLS.
+/// One bound listener: plain (HTTP/1.1 and h2c) or TLS. Kept as a std socket until serving,
+/// so that each worker can register its own copy with its own event loop.
 struct Listener {
-    socket: TcpListener,
+    socket: std::net::TcpListener,
     tls: Option<Arc<TlsEntry>>,
 }
 
@@ -80,13 +89,13 @@ impl Gateway {
         let mut listeners = Vec::new();
         for &addr in &config.server.listen {
             listeners.push(Listener {
-                socket: bind(addr).await?,
+                socket: bind_for_workers(addr).await?,
                 tls: None,
             });
         }
         for tls in &config.server.tls {
             listeners.push(Listener {
-                socket: bind(tls.listen).await?,
+                socket: bind_for_workers(tls.listen).await?,
                 tls: Some(Arc::new(tls_entry(tls)?)),
             });
         }
@@ -149,12 +158,15 @@ impl Gateway {
         }
     }
 
-    /// Serves until `shutdown` completes, then drains within `shutdown_grace`.
+    /// Serves until `shutdown` completes, then drains within `shutdown_grace`. Dropping the
+    /// returned future stops the other workers too.
     pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
         for warning in &self.config.warnings {
             tracing::warn!("{}: {warning}", self.config.source);
         }
         let stop = self.stop.clone();
+        // Dropped unfinished (its runtime went away), serving still stops everywhere.
+        let _stop_when_dropped = stop.clone().drop_guard();
         let background = match self.generation.lock() {
             Ok(generation) => generation.background.clone(),
             Err(_) => stop.child_token(),
@@ -168,24 +180,20 @@ impl Gateway {
             };
             tokio::spawn(admin::serve(listener, state, stop.clone()));
         }
-        let settings = Arc::new(connection_settings(&self.config.server));
-        let connections = TaskTracker::new();
-        let slots = Arc::new(Semaphore::new(self.config.server.max_connections));
-        let mut accepting = Vec::new();
-        for listener in self.listeners {
+        let serving = Serving {
+            runtime: self.runtime.clone(),
+            settings: Arc::new(connection_settings(&self.config.server)),
+            slots: Arc::new(Semaphore::new(self.config.server.max_connections)),
+            connections: TaskTracker::new(),
+            stop: stop.clone(),
+        };
+        for listener in &self.listeners {
             if let Ok(addr) = listener.socket.local_addr() {
                 tracing::info!(%addr, tls = listener.tls.is_some(), "listening");
             }
-            let accept = AcceptLoop {
-                listener,
-                runtime: self.runtime.clone(),
-                settings: settings.clone(),
-                slots: slots.clone(),
-                connections: connections.clone(),
-                stop: stop.clone(),
-            };
-            accepting.push(tokio::spawn(accept.run()));
         }
+        let workers = Workers::start(&self.listeners, &serving, self.config.server.workers)?;
+        let accepting = serving.accept_on_this_thread(self.listeners)?;
         shutdown.await;
         let grace = self.config.server.shutdown_grace;
         tracing::info!(?grace, "shutting down: no new connections");
@@ -193,6 +201,7 @@ impl Gateway {
         for task in accepting {
             let _ = task.await;
         }
+        let connections = serving.connections;
         connections.close();
         if tokio::time::timeout(grace, connections.wait())
             .await
@@ -203,6 +212,7 @@ impl Gateway {
                 "shutdown_grace over; closing remaining connections"
             );
         }
+        workers.stop().await;
         Ok(())
     }
 }
@@ -226,6 +236,122 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
     TcpListener::bind(addr)
         .await
         .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// A listener for the workers: bound (with tokio's backlog and SO_REUSEADDR), then detached
+/// from this runtime's event loop.
+async fn bind_for_workers(addr: SocketAddr) -> Result<std::net::TcpListener, ServeError> {
+    bind(addr)
+        .await?
+        .into_std()
+        .map_err(|source| ServeError::Bind { addr, source })
+}
+
+/// What every worker shares to accept and serve connections.
+#[derive(Clone)]
+struct Serving {
+    runtime: Arc<ArcSwap<Runtime>>,
+    settings: Arc<ConnectionSettings>,
+    slots: Arc<Semaphore>,
+    connections: TaskTracker,
+    stop: CancellationToken,
+}
+
+impl Serving {
+    /// Starts an accept loop per listener on the calling thread's runtime.
+    fn accept_on_this_thread(
+        &self,
+        listeners: Vec<Listener>,
+    ) -> Result<Vec<tokio::task::JoinHandle<()>>, ServeError> {
+        let mut accepting = Vec::new();
+        for listener in listeners {
+            let addr = listener.socket.local_addr().ok();
+            let socket = TcpListener::from_std(listener.socket).map_err(|source| {
+                ServeError::Worker(format!("cannot listen on {addr:?}: {source}"))
+            })?;
+            let accept = AcceptLoop {
+                socket,
+                tls: listener.tls,
+                serving: self.clone(),
+            };
+            accepting.push(tokio::spawn(accept.run()));
+        }
+        Ok(accepting)
+    }
+}
+
+/// The worker threads beyond the calling one, each running a single-threaded runtime until
+/// `until` is cancelled; dropping `Workers` cancels it.
+struct Workers {
+    threads: Vec<std::thread::JoinHandle<()>>,
+    until: tokio_util::sync::DropGuard,
+}
+
+impl Workers {
+    fn start(
+        listeners: &[Listener],
+        serving: &Serving,
+        count: usize,
+    ) -> Result<Workers, ServeError> {
+        let until = CancellationToken::new();
+        let mut threads = Vec::new();
+        for index in 1..count {
+            let copies = listeners
+                .iter()
+                .map(|l| {
+                    Ok(Listener {
+                        socket: l.socket.try_clone()?,
+                        tls: l.tls.clone(),
+                    })
+                })
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(|e| ServeError::Worker(format!("cannot share a listener: {e}")))?;
+            let (serving, until) = (serving.clone(), until.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("worker-{index}"))
+                .spawn(move || run_worker(index, copies, serving, until))
+                .map_err(|e| ServeError::Worker(format!("cannot start worker {index}: {e}")))?;
+            threads.push(thread);
+        }
+        Ok(Workers {
+            threads,
+            until: until.drop_guard(),
+        })
+    }
+
+    /// Stops the workers (closing what they still serve) and waits for their threads.
+    async fn stop(self) {
+        drop(self.until);
+        let threads = self.threads;
+        let _ = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        })
+        .await;
+    }
+}
+
+fn run_worker(index: usize, listeners: Vec<Listener>, serving: Serving, until: CancellationToken) {
+    crate::proxy::connections::set_worker(index);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(worker = index, %error, "cannot start the worker's runtime");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        if let Err(error) = serving.accept_on_this_thread(listeners) {
+            tracing::error!(worker = index, %error, "worker cannot accept");
+            return;
+        }
+        until.cancelled().await;
+    });
+    // Dropping the runtime closes the connections still open past shutdown_grace.
 }
 
 fn tls_entry(config: &TlsListenerConfig) -> Result<TlsEntry, rustls::Error> {
@@ -261,34 +387,34 @@ fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
 }
 
 struct AcceptLoop {
-    listener: Listener,
-    runtime: Arc<ArcSwap<Runtime>>,
-    settings: Arc<ConnectionSettings>,
-    slots: Arc<Semaphore>,
-    connections: TaskTracker,
-    stop: CancellationToken,
+    socket: TcpListener,
+    tls: Option<Arc<TlsEntry>>,
+    serving: Serving,
 }
 
 impl AcceptLoop {
     /// Accepts until `stop`. At `max_connections` it stops accepting, so newcomers wait in the
     /// kernel's backlog instead of costing memory here.
     async fn run(self) {
+        let stop = &self.serving.stop;
         loop {
             let slot = tokio::select! {
-                _ = self.stop.cancelled() => return,
-                slot = self.slots.clone().acquire_owned() => match slot {
+                _ = stop.cancelled() => return,
+                slot = self.serving.slots.clone().acquire_owned() => match slot {
                     Ok(slot) => slot,
                     Err(_) => return,
                 },
             };
             let accepted = tokio::select! {
-                _ = self.stop.cancelled() => return,
-                accepted = self.listener.socket.accept() => accepted,
+                _ = stop.cancelled() => return,
+                accepted = self.socket.accept() => accepted,
             };
             match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    self.connections.spawn(self.serve(stream, peer, slot));
+                    self.serving
+                        .connections
+                        .spawn(self.serve(stream, peer, slot));
                 }
                 Err(error) => accept_failed(error).await,
             }
@@ -302,12 +428,13 @@ impl AcceptLoop {
         peer: SocketAddr,
         slot: OwnedSemaphorePermit,
     ) -> impl Future<Output = ()> + use<> {
-        let (runtime, settings, stop) = (
-            self.runtime.clone(),
-            self.settings.clone(),
-            self.stop.clone(),
-        );
-        let tls = self.listener.tls.clone();
+        let Serving {
+            runtime,
+            settings,
+            stop,
+            ..
+        } = self.serving.clone();
+        let tls = self.tls.clone();
         async move {
             match tls {
                 None => connection::serve(stream, peer, "http", runtime, settings, stop).await,

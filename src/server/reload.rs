@@ -110,6 +110,7 @@ fn warn_about_restart_only_changes(old: &Config, new: &Config) {
     let sizes = |c: &Config| {
         (
             c.server.max_connections,
+            c.server.workers,
             c.server.header_read_timeout,
             c.server.idle_timeout,
         )

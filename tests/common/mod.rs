@@ -110,6 +110,11 @@ impl TestGateway {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// Drops the serving future without a shutdown signal, as when its runtime goes away.
+    pub fn abort(self) {
+        self.task.abort();
+    }
+
     /// Signals shutdown and returns the serve task, to await when the test wants.
     pub fn stop(mut self) -> JoinHandle<Result<(), ratelimit_proxy::ServeError>> {
         if let Some(tx) = self.shutdown.take() {
