@@ -12,6 +12,7 @@
 #
 #   benches/compare.sh                      # 50 connections, 10 s per run, 2 rounds
 #   CONNS=100 DURATION=20s ROUNDS=3 benches/compare.sh
+#   WORKERS=2 benches/compare.sh            # two nginx workers against two of ours (default 1)
 #   ROUNDS=0 RATE=20000 benches/compare.sh  # only (f), at a given rate
 #
 # Everything stays on 127.0.0.1 and stops by itself. nginx, wrk and redis-server come from apt
@@ -22,6 +23,8 @@ cd "$(dirname "$0")/.."
 CONNS=${CONNS:-50}
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
+# nginx's worker_processes and our [server] workers: the same number of serving threads.
+WORKERS=${WORKERS:-1}
 
 source benches/common.sh
 ensure_tools nginx wrk redis-server
@@ -36,13 +39,13 @@ UPSTREAM_PORT=$(free_port)
 start_redis
 bench_certificate
 
-# --- nginx: one worker, upstream keep-alive, limit_req per IP that is never reached; a second
+# --- nginx: WORKERS workers, upstream keep-alive, limit_req per IP that is never reached; a second
 # location limits per API key for the flood; an ssl listener for HTTPS ---
 NGINX_PORT=$(free_port)
 NGINX_TLS_PORT=$(free_port)
 mkdir -p "$WORK/nginx"
 cat > "$WORK/nginx.conf" <<CONF
-worker_processes 1;
+worker_processes $WORKERS;
 pid $WORK/nginx.pid;
 error_log $WORK/nginx/error.log warn;
 events { worker_connections 4096; }
@@ -95,6 +98,7 @@ ours() {
   cat > "$WORK/$1.toml" <<TOML
 [server]
 listen = ["127.0.0.1:$port"]
+workers = $WORKERS
 $2
 [[upstreams]]
 name = "echo"

@@ -304,11 +304,13 @@ impl RedisStore {
             Some(ns) => command.arg(ns / 1000),
             None => command.arg(""),
         };
+        let mut window = Vec::with_capacity(64);
         for request in requests {
-            push_window(&mut command, request);
+            window_argument(&mut window, request);
+            command.arg(window.as_slice());
         }
         let connection = self.connection().await?;
-        let reply: Vec<i64> = match query(connection, &command).await {
+        let reply: Vec<u8> = match query(connection, &command).await {
             Err(error)
                 if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
@@ -385,7 +387,6 @@ fn push_identity(key: &mut String, identity: u128) {
     }
 }
 
-/// Nine arguments per window, as `check.lua` reads them. Times go in whole microseconds.
 async fn query<T: redis::FromRedisValue>(
     connection: &Connection,
     command: &redis::Cmd,
@@ -396,19 +397,30 @@ async fn query<T: redis::FromRedisValue>(
     }
 }
 
-fn push_window(command: &mut redis::Cmd, request: &WindowRequest) {
+/// A window's nine numbers in one argument, separated by spaces, as `check.lua` reads them.
+/// Times go in whole microseconds.
+fn window_argument(out: &mut Vec<u8>, request: &WindowRequest) {
     let rate = &request.rate;
     let max_delay_us = u64::try_from(request.max_delay.as_micros()).unwrap_or(u64::MAX);
-    command
-        .arg(algorithm_code(request.algorithm))
-        .arg(request.group)
-        .arg(u8::from(request.shadow))
-        .arg(rate.limit)
-        .arg((rate.per_ns() / 1000).max(1))
-        .arg((rate.emission_interval_ns() / 1000).max(1))
-        .arg(rate.burst)
-        .arg(request.cost)
-        .arg(max_delay_us);
+    let numbers = [
+        u64::from(algorithm_code(request.algorithm)),
+        request.group as u64,
+        u64::from(request.shadow),
+        rate.limit,
+        (rate.per_ns() / 1000).max(1),
+        (rate.emission_interval_ns() / 1000).max(1),
+        rate.burst,
+        request.cost,
+        max_delay_us,
+    ];
+    out.clear();
+    let mut digits = itoa::Buffer::new();
+    for (i, number) in numbers.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b' ');
+        }
+        out.extend_from_slice(digits.format(number).as_bytes());
+    }
 }
 
 fn algorithm_code(algorithm: Algorithm) -> u8 {
@@ -421,21 +433,32 @@ fn algorithm_code(algorithm: Algorithm) -> u8 {
     }
 }
 
-fn parse_reply(reply: &[i64], windows: usize) -> Result<Small<WindowCheck>, StoreError> {
-    if reply.len() != windows * 4 {
+/// The script's reply: four little-endian doubles per window, each a whole number once
+/// truncated toward zero (as Redis truncates a Lua number it returns as an integer).
+fn parse_reply(reply: &[u8], windows: usize) -> Result<Small<WindowCheck>, StoreError> {
+    if reply.len() != windows * 4 * 8 {
         return Err(StoreError::Protocol(format!(
-            "{} integers for {windows} windows",
+            "{} bytes for {windows} windows",
             reply.len()
         )));
     }
-    reply
+    let numbers: Small<u64> = reply
+        .chunks_exact(8)
+        .map(|bytes| {
+            let mut double = [0; 8];
+            double.copy_from_slice(bytes);
+            let number = f64::from_le_bytes(double).trunc();
+            if (0.0..EXACT_LIMIT as f64).contains(&number) {
+                Ok(number as u64)
+            } else {
+                Err(StoreError::Protocol(format!("{number} is not a count")))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    numbers
         .chunks_exact(4)
         .map(|w| {
-            let number = |i: usize| {
-                u64::try_from(w[i])
-                    .map_err(|_| StoreError::Protocol(format!("negative value {}", w[i])))
-            };
-            let (remaining, reset, wait) = (number(1)?, micros(number(2)?), micros(number(3)?));
+            let (remaining, reset, wait) = (w[1], micros(w[2]), micros(w[3]));
             Ok(match w[0] {
                 1 => WindowCheck::Allow {
                     cell: [0, 0],
@@ -547,5 +570,56 @@ mod tests {
             assert!(!key.contains(['{', '}']));
             assert!(seen.insert(key), "bit {bit} is lost");
         }
+    }
+
+    #[test]
+    fn a_reply_gives_four_numbers_a_window_and_anything_else_is_a_protocol_error() {
+        let reply =
+            |numbers: &[f64]| -> Vec<u8> { numbers.iter().flat_map(|n| n.to_le_bytes()).collect() };
+        let checks = parse_reply(&reply(&[1.0, 4.0, 2e6, 0.0, 0.0, 0.0, 5e5, 750000.9]), 2);
+        let checks = checks.unwrap();
+        assert!(matches!(
+            checks[0],
+            WindowCheck::Allow { remaining: 4, reset, .. } if reset == Duration::from_secs(2)
+        ));
+        assert!(matches!(
+            checks[1],
+            WindowCheck::Deny { retry_after, remaining: 0, .. }
+                if retry_after == Duration::from_millis(750)
+        ));
+        assert!(parse_reply(b"", 0).unwrap().is_empty());
+        for (reply, windows) in [
+            (reply(&[1.0, 4.0, 2e6]), 1),
+            (reply(&[1.0, 4.0, 2e6, 0.0]), 2),
+            (reply(&[1.0, -4.0, 2e6, 0.0]), 1),
+            (reply(&[1.0, 4.0, f64::NAN, 0.0]), 1),
+            (reply(&[1.0, 4.0, 1e300, 0.0]), 1),
+            (b"1 4 2000000 0".to_vec(), 1),
+        ] {
+            let error = parse_reply(&reply, windows).expect_err("malformed reply accepted");
+            assert!(matches!(error, StoreError::Protocol(_)), "{error:?}");
+        }
+    }
+
+    #[test]
+    fn a_window_is_one_argument_of_nine_numbers() {
+        let request = WindowRequest {
+            identity: 1,
+            limit_identity: 1,
+            algorithm: Algorithm::Gcra,
+            rate: crate::limit::Rate {
+                limit: 10,
+                per: Duration::from_secs(1),
+                burst: 20,
+            },
+            cost: 3,
+            max_delay: Duration::from_millis(250),
+            group: 7,
+            window: 0,
+            shadow: true,
+        };
+        let mut argument = Vec::new();
+        window_argument(&mut argument, &request);
+        assert_eq!(argument, b"2 7 1 10 1000000 100000 20 3 250000");
     }
 }

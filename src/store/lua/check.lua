@@ -2,10 +2,13 @@
 -- all-or-nothing (see groups_to_commit in src/store/mod.rs).
 --
 -- KEYS: one per window. ARGV[1]: now in µs, or '' for the server's TIME (tests pass it to
--- compare with the Rust algorithms). Then 9 per window: algorithm (1 token_bucket, 2 gcra,
--- 3 sliding_window, 4 fixed_window, 5 sliding_log), group, shadow (0/1), limit, per (µs),
--- interval (µs per token), burst, cost, max_delay (µs).
--- Reply: 4 integers per window: allowed (0/1), remaining, reset (µs), wait (µs).
+-- compare with the Rust algorithms). Then one argument per window, nine whole numbers
+-- separated by spaces: algorithm (1 token_bucket, 2 gcra, 3 sliding_window, 4 fixed_window,
+-- 5 sliding_log), group, shadow (0/1), limit, per (µs), interval (µs per token), burst, cost,
+-- max_delay (µs).
+-- Reply: one string of 4 little-endian doubles per window (Redis's `struct` library): allowed
+-- (0/1), remaining, reset (µs), wait (µs). One argument and one string instead of 9 and 4
+-- values a window: the gateway's Redis client spends more per element than per byte.
 if redis.replicate_commands then
   redis.replicate_commands()
 end
@@ -23,23 +26,28 @@ local checks = { check_token_bucket, check_gcra, check_sliding_window, check_fix
 local SLIDING_LOG = 5
 
 if #KEYS == 0 then
-  return {}
+  return ''
 end
 -- One read for every window (a sliding log's sorted set reads as nil here).
 local values = redis.call('MGET', unpack(KEYS))
 local windows, results, group_allows = {}, {}, {}
+local WINDOW = '^(%d) (%d+) ([01]) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$'
 for i = 1, #KEYS do
-  local a = 1 + (i - 1) * 9
+  local algorithm, group, shadow, limit, per, interval, burst, cost, max_delay =
+    string.match(ARGV[i + 1], WINDOW)
+  if not algorithm then
+    return redis.error_reply('ERR malformed window argument ' .. i)
+  end
   local w = {
-    algorithm = tonumber(ARGV[a + 1]),
-    group = ARGV[a + 2],
-    shadow = ARGV[a + 3] == '1',
-    limit = tonumber(ARGV[a + 4]),
-    per = tonumber(ARGV[a + 5]),
-    interval = tonumber(ARGV[a + 6]),
-    burst = tonumber(ARGV[a + 7]),
-    cost = tonumber(ARGV[a + 8]),
-    max_delay = tonumber(ARGV[a + 9]),
+    algorithm = tonumber(algorithm),
+    group = group,
+    shadow = shadow == '1',
+    limit = tonumber(limit),
+    per = tonumber(per),
+    interval = tonumber(interval),
+    burst = tonumber(burst),
+    cost = tonumber(cost),
+    max_delay = tonumber(max_delay),
   }
   local input = values[i]
   if w.algorithm == SLIDING_LOG then
@@ -70,9 +78,8 @@ for i = 1, #KEYS do
       redis.call('SET', KEYS[i], result[5], 'PX', ttl_ms)
     end
   end
-  reply[#reply + 1] = result[1] and 1 or 0
-  reply[#reply + 1] = result[2]
-  reply[#reply + 1] = result[3]
-  reply[#reply + 1] = result[4]
+  local at = 4 * (i - 1)
+  reply[at + 1], reply[at + 2] = result[1] and 1 or 0, result[2]
+  reply[at + 3], reply[at + 4] = result[3], result[4]
 end
-return reply
+return struct.pack('<' .. string.rep('d', #reply), unpack(reply))
