@@ -2,6 +2,8 @@
 //! One `Metrics` lives as long as the gateway, across reloads; gauges that describe the current
 //! runtime (tracked IPs, upstream health) are refreshed when scraped.
 
+use std::sync::{Arc, OnceLock};
+
 use prometheus_client::encoding::EncodeLabelSet;
 
 use crate::edge::EdgeVerdict;
@@ -97,15 +99,48 @@ pub struct Metrics {
     pub store_breaker_open: Gauge,
     /// The most-denied identities, for /debug/limited.
     pub limited: HeavyHitters,
+    /// `rlp_requests_total{route=""}`: requests no route matched.
+    no_route: CountersByStatus,
 }
 
-/// Handles of one route's series, so a request's duration and in-flight count need no label
-/// lookups.
+/// The counters of one series family member by status code, each fetched from its family
+/// (a label hash and a lock) the first time its code is seen, then kept: a request counts
+/// itself with one atomic add.
+pub struct CountersByStatus {
+    /// Codes 100 to 599; others (which `http` allows up to 999) always go to the family.
+    counters: Box<[OnceLock<Counter>]>,
+    fetch: Box<dyn Fn(u16) -> Counter + Send + Sync>,
+}
+
+impl CountersByStatus {
+    fn new(fetch: impl Fn(u16) -> Counter + Send + Sync + 'static) -> CountersByStatus {
+        CountersByStatus {
+            counters: (100..600).map(|_| OnceLock::new()).collect(),
+            fetch: Box::new(fetch),
+        }
+    }
+
+    pub fn inc(&self, code: u16) {
+        match self.counters.get(usize::from(code).wrapping_sub(100)) {
+            Some(slot) => slot.get_or_init(|| (self.fetch)(code)).inc(),
+            None => (self.fetch)(code).inc(),
+        };
+    }
+}
+
+/// Handles of one route's series, so a request's duration, in-flight count and answer need no
+/// label lookups.
 #[derive(Clone)]
 pub struct RouteMetrics {
-    route: String,
+    requests: Arc<CountersByStatus>,
     duration: Histogram,
     in_flight: Gauge,
+}
+
+/// Handles of one upstream's series.
+pub struct UpstreamMetrics {
+    requests: CountersByStatus,
+    latency: Histogram,
 }
 
 impl RouteMetrics {
@@ -123,6 +158,14 @@ impl Drop for InFlightGauge {
     fn drop(&mut self) {
         self.0.dec();
     }
+}
+
+fn requests_of(family: &Family<RouteCode, Counter>, route: &str) -> CountersByStatus {
+    let (family, route) = (family.clone(), route.to_string());
+    CountersByStatus::new(move |code| {
+        let route = route.clone();
+        family.get_or_create(&RouteCode { route, code }).clone()
+    })
 }
 
 impl Metrics {
@@ -215,7 +258,9 @@ impl Metrics {
             "1 while the store circuit breaker is open",
             store_breaker_open.clone(),
         );
+        let no_route = requests_of(&requests, "");
         Metrics {
+            no_route,
             registry,
             requests,
             request_duration,
@@ -249,19 +294,27 @@ impl Metrics {
             route: route.to_string(),
         };
         RouteMetrics {
+            requests: Arc::new(requests_of(&self.requests, route)),
             duration: self.request_duration.get_or_create(&label).clone(),
             in_flight: self.in_flight.get_or_create(&label).clone(),
-            route: label.route,
         }
     }
 
-    /// The latency histogram of one upstream, fetched once per runtime.
-    pub fn upstream_latency(&self, upstream: &str) -> Histogram {
-        self.upstream_duration
-            .get_or_create(&UpstreamLabel {
-                upstream: upstream.to_string(),
-            })
-            .clone()
+    /// The series of one upstream, fetched once per runtime.
+    pub fn upstream(&self, upstream: &str) -> UpstreamMetrics {
+        let label = UpstreamLabel {
+            upstream: upstream.to_string(),
+        };
+        let (family, upstream) = (self.upstream_requests.clone(), label.upstream.clone());
+        UpstreamMetrics {
+            requests: CountersByStatus::new(move |code| {
+                let upstream = upstream.clone();
+                family
+                    .get_or_create(&UpstreamCode { upstream, code })
+                    .clone()
+            }),
+            latency: self.upstream_duration.get_or_create(&label).clone(),
+        }
     }
 
     /// The `rlp_store_duration_seconds` histogram of one backend, fetched once per runtime.
@@ -293,36 +346,31 @@ impl Metrics {
         code: u16,
         took: std::time::Duration,
     ) {
-        let name = route.map_or(String::new(), |r| r.route.clone());
-        self.requests
-            .get_or_create(&RouteCode { route: name, code })
-            .inc();
         match route {
-            Some(route) => route.duration.observe(took.as_secs_f64()),
-            None => self
-                .request_duration
-                .get_or_create(&RouteLabel {
-                    route: String::new(),
-                })
-                .observe(took.as_secs_f64()),
+            Some(route) => {
+                route.requests.inc(code);
+                route.duration.observe(took.as_secs_f64());
+            }
+            None => {
+                self.no_route.inc(code);
+                self.request_duration
+                    .get_or_create(&RouteLabel {
+                        route: String::new(),
+                    })
+                    .observe(took.as_secs_f64());
+            }
         }
     }
 
-    /// Counts an upstream answer; `latency` is that upstream's handle.
+    /// Counts an upstream answer.
     pub fn observe_upstream(
         &self,
-        upstream: &str,
-        latency: &Histogram,
+        upstream: &UpstreamMetrics,
         code: u16,
         took: std::time::Duration,
     ) {
-        self.upstream_requests
-            .get_or_create(&UpstreamCode {
-                upstream: upstream.to_string(),
-                code,
-            })
-            .inc();
-        latency.observe(took.as_secs_f64());
+        upstream.requests.inc(code);
+        upstream.latency.observe(took.as_secs_f64());
     }
 
     pub fn count_edge(&self, verdict: &EdgeVerdict) {
@@ -350,5 +398,41 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn answers_are_counted_by_route_and_code_in_the_family_series() {
+        let metrics = Metrics::new();
+        let api = metrics.route("api");
+        let upstream = metrics.upstream("backend");
+        for code in [200, 200, 429, 999] {
+            metrics.observe_request(Some(&api), code, Duration::from_millis(1));
+            metrics.observe_upstream(&upstream, code, Duration::from_millis(1));
+        }
+        metrics.observe_request(None, 404, Duration::from_millis(1));
+        let text = metrics.encode();
+        for line in [
+            r#"rlp_requests_total{route="api",code="200"} 2"#,
+            r#"rlp_requests_total{route="api",code="429"} 1"#,
+            r#"rlp_requests_total{route="api",code="999"} 1"#,
+            r#"rlp_requests_total{route="",code="404"} 1"#,
+            r#"rlp_upstream_requests_total{upstream="backend",code="200"} 2"#,
+            r#"rlp_upstream_requests_total{upstream="backend",code="999"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        // A second runtime's handles (after a reload) count into the same series.
+        metrics.observe_request(Some(&metrics.route("api")), 200, Duration::ZERO);
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"rlp_requests_total{route="api",code="200"} 3"#)
+        );
     }
 }

@@ -22,7 +22,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ResponseStyle};
 use crate::edge::EdgeLayer;
 use crate::limit::limiter::{Limiter, Stores};
-use crate::metrics::{LimitCounters, Metrics, RouteMetrics};
+use crate::metrics::{LimitCounters, Metrics, RouteMetrics, UpstreamMetrics};
 use crate::request_id::{self, X_REQUEST_ID};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
@@ -50,7 +50,7 @@ pub struct Runtime {
     /// Metric handles made once per runtime, so requests allocate no labels: by route index,
     /// by upstream index, and the allowed/denied counters by limit index.
     pub route_metrics: Vec<RouteMetrics>,
-    pub upstream_latency: Vec<Histogram>,
+    pub upstream_metrics: Vec<UpstreamMetrics>,
     pub limit_counters: Vec<LimitCounters>,
     pub store_latency: Histogram,
 }
@@ -110,10 +110,10 @@ impl Runtime {
                 .iter()
                 .map(|r| metrics.route(&r.name))
                 .collect(),
-            upstream_latency: config
+            upstream_metrics: config
                 .upstreams
                 .iter()
-                .map(|u| metrics.upstream_latency(&u.name))
+                .map(|u| metrics.upstream(&u.name))
                 .collect(),
             limit_counters: config
                 .limits
@@ -291,11 +291,11 @@ async fn proxy<'r>(
             Ok(response) => response,
             Err(error) => respond::error_response(&error, request_id),
         };
-    let latency = &runtime.upstream_latency[route.upstream];
+    let upstream_metrics = &runtime.upstream_metrics[route.upstream];
     let code = response.status().as_u16();
     runtime
         .metrics
-        .observe_upstream(&upstream.name, latency, code, asked.elapsed());
+        .observe_upstream(upstream_metrics, code, asked.elapsed());
     respond::insert_rate_headers(response.headers_mut(), &statuses, &runtime.response);
     Ok(response.map(|body| body.holding(slot, counted)))
 }
