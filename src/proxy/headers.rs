@@ -22,6 +22,13 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 
 /// Removes Connection and every header it names, the fixed hop-by-hop set, and `Proxy-*`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none: one pass over the names instead of a removal per name.
+    let any = headers
+        .keys()
+        .any(|name| HOP_BY_HOP.contains(name) || name.as_str().starts_with("proxy-"));
+    if !any {
+        return;
+    }
     let named: Vec<HeaderName> = headers
         .get_all(CONNECTION)
         .iter()
