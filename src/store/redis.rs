@@ -179,7 +179,7 @@ impl RedisStore {
         key.push_str(":{");
         push_identity(&mut key, request.limit_identity);
         key.push_str("}:");
-        key.push_str(&request.window.to_string());
+        key.push_str(itoa::Buffer::new().format(request.window));
         key
     }
 
@@ -442,24 +442,26 @@ fn parse_reply(reply: &[u8], windows: usize) -> Result<Small<WindowCheck>, Store
             reply.len()
         )));
     }
-    let numbers: Small<u64> = reply
-        .chunks_exact(8)
-        .map(|bytes| {
-            let mut double = [0; 8];
-            double.copy_from_slice(bytes);
-            let number = f64::from_le_bytes(double).trunc();
-            if (0.0..EXACT_LIMIT as f64).contains(&number) {
-                Ok(number as u64)
-            } else {
-                Err(StoreError::Protocol(format!("{number} is not a count")))
-            }
-        })
-        .collect::<Result<_, _>>()?;
-    numbers
-        .chunks_exact(4)
-        .map(|w| {
-            let (remaining, reset, wait) = (w[1], micros(w[2]), micros(w[3]));
-            Ok(match w[0] {
+    let count = |bytes: &[u8]| {
+        let mut double = [0; 8];
+        double.copy_from_slice(bytes);
+        let number = f64::from_le_bytes(double).trunc();
+        if (0.0..EXACT_LIMIT as f64).contains(&number) {
+            Ok(number as u64)
+        } else {
+            Err(StoreError::Protocol(format!("{number} is not a count")))
+        }
+    };
+    reply
+        .chunks_exact(4 * 8)
+        .map(|window| {
+            let allowed = count(&window[..8])?;
+            let remaining = count(&window[8..16])?;
+            let (reset, wait) = (
+                micros(count(&window[16..24])?),
+                micros(count(&window[24..])?),
+            );
+            Ok(match allowed {
                 1 => WindowCheck::Allow {
                     cell: [0, 0],
                     remaining,
