@@ -364,6 +364,9 @@ async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
     };
     let settings = ConnectionManagerConfig::new()
         .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(250))))
+        // Every call already runs under `store.timeout`; a second timer per call costs more
+        // than the rest of the crate's send.
+        .set_response_timeout(None)
         .set_number_of_retries(2)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(200));
