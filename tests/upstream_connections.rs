@@ -120,8 +120,10 @@ async fn read_head(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<usize
     }
 }
 
+/// One worker: idle connections are pooled per worker, and these tests count connections.
 async fn gateway_for(upstream: &str) -> TestGateway {
-    TestGateway::start(&one_route_config(&[upstream.to_string()], "")).await
+    let routes = one_route_config(&[upstream.to_string()], "");
+    TestGateway::start(&format!("workers = 1\n{routes}")).await
 }
 
 #[tokio::test]
