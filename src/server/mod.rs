@@ -265,10 +265,12 @@ impl Serving {
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, ServeError> {
         let mut accepting = Vec::new();
         for listener in listeners {
-            let addr = listener.socket.local_addr().ok();
-            let socket = TcpListener::from_std(listener.socket).map_err(|source| {
-                ServeError::Worker(format!("cannot listen on {addr:?}: {source}"))
-            })?;
+            let addr = listener
+                .socket
+                .local_addr()
+                .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)));
+            let socket = TcpListener::from_std(listener.socket)
+                .map_err(|source| ServeError::Bind { addr, source })?;
             let accept = AcceptLoop {
                 socket,
                 tls: listener.tls,
@@ -294,7 +296,11 @@ impl Workers {
         count: usize,
     ) -> Result<Workers, ServeError> {
         let until = CancellationToken::new();
-        let mut threads = Vec::new();
+        // Made first: when a later worker cannot start, dropping this stops the earlier ones.
+        let mut workers = Workers {
+            threads: Vec::new(),
+            until: until.clone().drop_guard(),
+        };
         for index in 1..count {
             let copies = listeners
                 .iter()
@@ -311,12 +317,9 @@ impl Workers {
                 .name(format!("worker-{index}"))
                 .spawn(move || run_worker(index, copies, serving, until))
                 .map_err(|e| ServeError::Worker(format!("cannot start worker {index}: {e}")))?;
-            threads.push(thread);
+            workers.threads.push(thread);
         }
-        Ok(Workers {
-            threads,
-            until: until.drop_guard(),
-        })
+        Ok(workers)
     }
 
     /// Stops the workers (closing what they still serve) and waits for their threads.
