@@ -3,7 +3,10 @@
 
 mod common;
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+use bytes::Bytes;
 
 use common::*;
 use futures_util::{SinkExt, StreamExt};
@@ -12,6 +15,7 @@ use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Reads until the peer closes; returns how long after `since` that was, or None if it stayed
@@ -253,32 +257,25 @@ async fn connections_beyond_max_connections_wait_for_a_free_slot() {
     assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
 }
 
-#[tokio::test]
-async fn shutdown_finishes_in_flight_requests_and_refuses_new_connections() {
-    let upstream = TestUpstream::start(|_| async {
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        Response::new(full("finished"))
+/// True once nothing accepts connections on `addr` (polled for up to 5 s).
+async fn stops_listening(addr: SocketAddr) -> bool {
+    eventually(Duration::from_secs(5), || {
+        std::net::TcpStream::connect(addr).is_err()
     })
-    .await;
-    let gateway = gateway_with("shutdown_grace = \"10s\"", &upstream).await;
-    let addr = gateway.addr;
-    let in_flight = tokio::spawn(get(gateway.url("/slow").leak()));
-    assert!(eventually(Duration::from_secs(5), || upstream.hits() == 1).await);
+    .await
+}
 
-    let serving = gateway.stop();
-    assert!(
-        eventually(Duration::from_secs(5), || std::net::TcpStream::connect(
-            addr
-        )
-        .is_err())
-        .await,
-        "new connections were still accepted after shutdown"
-    );
-    let (response, body) = in_flight.await.unwrap();
+/// A request to the slow upstream, in flight across shutdown, got its whole answer.
+async fn assert_finished(request: JoinHandle<(Response<()>, Bytes)>) {
+    let (response, body) = request.await.unwrap();
     assert_eq!(
         (response.status(), &body[..]),
         (StatusCode::OK, &b"finished"[..])
     );
+}
+
+/// After `stop`, serving (every worker) ends, without an error, within 10 s.
+async fn assert_serve_returns(serving: JoinHandle<Result<(), ratelimit_proxy::ServeError>>) {
     let result = tokio::time::timeout(Duration::from_secs(10), serving)
         .await
         .expect("serve returned")
@@ -287,12 +284,25 @@ async fn shutdown_finishes_in_flight_requests_and_refuses_new_connections() {
 }
 
 #[tokio::test]
+async fn shutdown_finishes_in_flight_requests_and_refuses_new_connections() {
+    let upstream = TestUpstream::slow(Duration::from_millis(700), "finished").await;
+    let gateway = gateway_with("shutdown_grace = \"10s\"", &upstream).await;
+    let addr = gateway.addr;
+    let in_flight = tokio::spawn(get(gateway.url("/slow").leak()));
+    assert!(eventually(Duration::from_secs(5), || upstream.hits() == 1).await);
+
+    let serving = gateway.stop();
+    assert!(
+        stops_listening(addr).await,
+        "new connections were still accepted after shutdown"
+    );
+    assert_finished(in_flight).await;
+    assert_serve_returns(serving).await;
+}
+
+#[tokio::test]
 async fn shutdown_drains_the_requests_of_every_worker_then_stops_them() {
-    let upstream = TestUpstream::start(|_| async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        Response::new(full("finished"))
-    })
-    .await;
+    let upstream = TestUpstream::slow(Duration::from_millis(500), "finished").await;
     let gateway = gateway_with("workers = 4\nshutdown_grace = \"10s\"", &upstream).await;
     let addr = gateway.addr;
     // Sixteen connections at once: the four workers race to accept them.
@@ -302,17 +312,9 @@ async fn shutdown_drains_the_requests_of_every_worker_then_stops_them() {
 
     let serving = gateway.stop();
     for request in in_flight {
-        let (response, body) = request.await.unwrap();
-        assert_eq!(
-            (response.status(), &body[..]),
-            (StatusCode::OK, &b"finished"[..])
-        );
+        assert_finished(request).await;
     }
-    let result = tokio::time::timeout(Duration::from_secs(10), serving)
-        .await
-        .expect("serve returned once every worker stopped")
-        .unwrap();
-    assert!(result.is_ok());
+    assert_serve_returns(serving).await;
     // No worker kept a copy of the listener open.
     assert!(std::net::TcpStream::connect(addr).is_err());
 }
@@ -327,11 +329,7 @@ async fn dropping_the_gateway_stops_every_worker() {
     }
     gateway.abort();
     assert!(
-        eventually(Duration::from_secs(5), || std::net::TcpStream::connect(
-            addr
-        )
-        .is_err())
-        .await,
+        stops_listening(addr).await,
         "a worker still listens after the gateway was dropped"
     );
 }

@@ -57,11 +57,7 @@ async fn a_reset_connection_is_502() {
 
 #[tokio::test]
 async fn a_slow_upstream_is_504_at_response_timeout() {
-    let upstream = TestUpstream::start(|_| async {
-        tokio::time::sleep(Duration::from_secs(30)).await;
-        Response::new(full("late"))
-    })
-    .await;
+    let upstream = TestUpstream::slow(Duration::from_secs(30), "late").await;
     let gateway = TestGateway::start(&one_route_config(
         &[upstream.url()],
         "response_timeout = \"300ms\"",

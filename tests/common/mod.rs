@@ -189,6 +189,15 @@ impl TestUpstream {
         TestUpstream::start(move |_| async move { Response::new(full(body)) }).await
     }
 
+    /// An upstream that answers 200 with `body` after `delay`.
+    pub async fn slow(delay: Duration, body: &'static str) -> TestUpstream {
+        TestUpstream::start(move |_| async move {
+            tokio::time::sleep(delay).await;
+            Response::new(full(body))
+        })
+        .await
+    }
+
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
