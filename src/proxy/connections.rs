@@ -309,26 +309,15 @@ impl Drop for PooledBody {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Balance, UpstreamConfig, UpstreamServer};
+    use crate::config::Balance;
+    use crate::proxy::upstream::tests::config;
     use http_body_util::{BodyExt, Either, Empty};
 
     async fn pool_for_echo() -> UpstreamPool {
         let address = crate::echo::spawn("127.0.0.1:0".parse().unwrap())
             .await
             .unwrap();
-        let config = UpstreamConfig {
-            name: "echo".into(),
-            servers: vec![UpstreamServer {
-                scheme: http::uri::Scheme::HTTP,
-                authority: address.to_string().parse().unwrap(),
-            }],
-            balance: Balance::RoundRobin,
-            connect_timeout: Duration::from_secs(1),
-            response_timeout: Duration::from_secs(5),
-            ejection_time: Duration::from_secs(1),
-            health_check: None,
-            tls: Default::default(),
-        };
+        let config = config(&[address.to_string()], Balance::RoundRobin);
         UpstreamPool::new(&config, 2).unwrap()
     }
 

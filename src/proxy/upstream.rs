@@ -201,16 +201,18 @@ impl Drop for InFlight<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn pool(servers: usize, balance: Balance) -> UpstreamPool {
-        let config = UpstreamConfig {
+    /// An upstream `api` of plain-HTTP servers at `authorities` (`host:port`).
+    pub(crate) fn config(authorities: &[String], balance: Balance) -> UpstreamConfig {
+        UpstreamConfig {
             name: "api".into(),
-            servers: (0..servers)
-                .map(|i| UpstreamServer {
+            servers: authorities
+                .iter()
+                .map(|authority| UpstreamServer {
                     scheme: http::uri::Scheme::HTTP,
-                    authority: format!("127.0.0.1:{}", 9000 + i).parse().unwrap(),
+                    authority: authority.parse().unwrap(),
                 })
                 .collect(),
             balance,
@@ -219,8 +221,14 @@ mod tests {
             ejection_time: Duration::from_secs(60),
             health_check: None,
             tls: Default::default(),
-        };
-        UpstreamPool::new(&config, 1).unwrap()
+        }
+    }
+
+    fn pool(servers: usize, balance: Balance) -> UpstreamPool {
+        let authorities: Vec<_> = (0..servers)
+            .map(|i| format!("127.0.0.1:{}", 9000 + i))
+            .collect();
+        UpstreamPool::new(&config(&authorities, balance), 1).unwrap()
     }
 
     fn check() -> HealthCheck {
