@@ -322,12 +322,8 @@ mod tests {
     }
 
     async fn exchange(pool: &UpstreamPool) {
-        let server = &pool.servers[0];
-        let request = Request::get("/")
-            .header(http::header::HOST, server.host.clone())
-            .body(Either::Right(Empty::new()))
-            .unwrap();
-        let response = pool.connections.send(0, &server.address, request).await;
+        let request = Request::get("/").body(Either::Right(Empty::new())).unwrap();
+        let response = pool.send(0, request).await;
         let body = response.unwrap().into_body().collect().await.unwrap();
         assert!(!body.to_bytes().is_empty());
     }

@@ -2,7 +2,7 @@
 //! bodies. A bodiless idempotent request whose connection was refused is retried once on
 //! another server; a 101 answer turns the two connections into a byte tunnel.
 
-use http::header::{HOST, UPGRADE};
+use http::header::UPGRADE;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body::Body as _;
@@ -80,13 +80,10 @@ async fn send(
     server: usize,
     method: Method,
     path: PathAndQuery,
-    mut headers: HeaderMap,
+    headers: HeaderMap,
     body: UpstreamBody,
 ) -> Result<Response<PooledBody>, GatewayError> {
     let target = &pool.servers[server];
-    if !headers.contains_key(HOST) {
-        headers.insert(HOST, target.host.clone());
-    }
     let mut request = Request::new(body);
     *request.method_mut() = method;
     *request.uri_mut() = Uri::from(path);
@@ -96,7 +93,7 @@ async fn send(
     let _in_flight = pool.begin(server);
     let upstream = || pool.name.clone();
     let label = || target.label.clone();
-    let exchange = pool.connections.send(server, &target.address, request);
+    let exchange = pool.send(server, request);
     match tokio::time::timeout(pool.response_timeout, exchange).await {
         Ok(Ok(response)) => Ok(response),
         Err(_elapsed) => Err(GatewayError::UpstreamTimeout {

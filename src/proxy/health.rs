@@ -44,20 +44,14 @@ async fn run_checks(pool: Arc<UpstreamPool>, check: HealthCheck, stop: Cancellat
 }
 
 async fn probe(pool: &UpstreamPool, server: usize, check: &HealthCheck) -> bool {
-    let target = &pool.servers[server];
     let Ok(request) = Request::get(check.path.as_str())
-        .header(http::header::HOST, target.host.clone())
         .header(http::header::USER_AGENT, "ratelimit-proxy-health-check")
         .body(Either::Right(Empty::new()))
     else {
         return false;
     };
     let exchange = async {
-        let connections = &pool.connections;
-        let response = connections
-            .send(server, &target.address, request)
-            .await
-            .ok()?;
+        let response = pool.send(server, request).await.ok()?;
         let passed = response.status().is_success();
         // Read the body so the connection can be reused for the next check.
         response.into_body().collect().await.ok()?;

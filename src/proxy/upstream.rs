@@ -6,13 +6,14 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{HeaderValue, Uri};
+use http::header::HOST;
+use http::{HeaderValue, Request, Response, Uri};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 
-use super::connections::Connections;
+use super::connections::{Connections, PooledBody, SendError};
 use crate::config::{Balance, HealthCheck, UpstreamConfig, UpstreamServer};
 use crate::tls::upstream::client_config;
 
@@ -98,6 +99,20 @@ impl UpstreamPool {
                 candidates.min_by_key(|&i| self.servers[i].in_flight.load(Ordering::Relaxed))
             }
         }
+    }
+
+    /// Sends `request` (origin-form target) to `server` on a pooled keep-alive connection; a
+    /// request without Host (HTTP/1.0) gets the server's authority.
+    pub fn send(
+        &self,
+        server: usize,
+        mut request: Request<UpstreamBody>,
+    ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> + '_ {
+        let target = &self.servers[server];
+        if !request.headers().contains_key(HOST) {
+            request.headers_mut().insert(HOST, target.host.clone());
+        }
+        self.connections.send(server, &target.address, request)
     }
 
     /// Counts a request against `server` until the returned guard is dropped.
