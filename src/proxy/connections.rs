@@ -170,7 +170,8 @@ pub async fn close_expired_until(pools: Vec<Arc<UpstreamPool>>, stop: Cancellati
             _ = stop.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let now = Instant::now();
+        // tokio's clock (the wall clock in service), so a test can move it.
+        let now = tokio::time::Instant::now().into_std();
         for pool in &pools {
             pool.connections.close_expired(now);
         }
@@ -328,11 +329,10 @@ mod tests {
         assert!(!body.to_bytes().is_empty());
     }
 
-    #[tokio::test]
-    async fn idle_connections_close_after_the_idle_timeout_and_not_before() {
-        let pool = pool_for_echo().await;
-        exchange(&pool).await;
-        // Pooled once its task has seen the end of the exchange.
+    /// One exchange, then waits until its connection is pooled (once its task has seen the
+    /// end of the exchange).
+    async fn one_pooled_connection(pool: &UpstreamPool) {
+        exchange(pool).await;
         for _ in 0..200 {
             if pool.connections.idle_count(0) == 1 {
                 break;
@@ -340,6 +340,12 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         assert_eq!(pool.connections.idle_count(0), 1);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_close_after_the_idle_timeout_and_not_before() {
+        let pool = pool_for_echo().await;
+        one_pooled_connection(&pool).await;
         let pooled_at = Instant::now();
         pool.connections.close_expired(pooled_at + IDLE_TIMEOUT / 2);
         assert_eq!(pool.connections.idle_count(0), 1);
@@ -348,5 +354,27 @@ mod tests {
         assert_eq!(pool.connections.idle_count(0), 0);
         // The next request simply opens a new connection.
         exchange(&pool).await;
+    }
+
+    #[tokio::test]
+    async fn the_background_sweep_closes_idle_connections_when_no_request_comes() {
+        let pool = Arc::new(pool_for_echo().await);
+        one_pooled_connection(&pool).await;
+        tokio::time::pause();
+        let stop = CancellationToken::new();
+        tokio::spawn(close_expired_until(vec![pool.clone()], stop.clone()));
+        let sweeps_after = |ticks: u32| async move {
+            for _ in 0..ticks {
+                tokio::time::advance(IDLE_TIMEOUT / 4).await;
+                for _ in 0..10 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        };
+        sweeps_after(3).await; // 67.5 s idle
+        assert_eq!(pool.connections.idle_count(0), 1);
+        sweeps_after(2).await; // 112.5 s idle
+        assert_eq!(pool.connections.idle_count(0), 0);
+        stop.cancel();
     }
 }
