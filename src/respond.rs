@@ -51,7 +51,7 @@ pub enum GatewayError {
         upstream: String,
         server: String,
         #[source]
-        source: hyper::Error,
+        source: crate::proxy::http1::ExchangeError,
     },
 }
 
@@ -87,7 +87,7 @@ impl GatewayError {
                 "no upstream server is available; try again later".into()
             }
             GatewayError::UpstreamConnect { .. } | GatewayError::UpstreamFailed { .. } => {
-                "the upstream server refused or reset the connection".into()
+                "the upstream server refused the connection or did not answer properly".into()
             }
             GatewayError::UpstreamTls { .. } => {
                 "a secure connection to the upstream server could not be made".into()

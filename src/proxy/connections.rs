@@ -1,11 +1,11 @@
 //! Keep-alive connections to the servers of one upstream: an idle list per server, reused last
 //! in, first out, so a burst's extra connections age out while the warm ones carry the load.
 //!
-//! A request takes an idle connection (or makes one), and its response body hands the
-//! connection back when it has been read to the end; a body dropped halfway, a failed exchange
-//! or a 101 answer does not, and hyper closes that connection. This replaces hyper-util's
-//! legacy client, whose pool hashed its key three times and went through a checkout future per
-//! request (about a fifth of the instructions of a proxied request, see docs/PERFORMANCE.md).
+//! A request takes an idle connection that is still open (or makes one) and speaks HTTP/1.1 on
+//! it in its own task (`http1`); its response body hands the connection back once read to the
+//! end. A body dropped halfway, a failed exchange, a response the upstream ended by closing,
+//! or a 101 answer does not, and that connection closes. A bodiless idempotent request whose
+//! pooled connection turns out to have been closed by the upstream goes again on the next one.
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -15,17 +15,18 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Request, Response, StatusCode, Uri};
+use http::{Method, Request, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_rustls::HttpsConnector;
+use http_body_util::{Either, Empty};
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
 use tower_service::Service;
 
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use super::headers;
+use super::http1::{Connection, ExchangeError, Framing, ResponseHead, Stream, Upgraded};
 use super::upstream::{UpstreamBody, UpstreamPool};
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -36,15 +37,13 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections kept per server; beyond this the longest idle one is closed.
 const MAX_IDLE_PER_SERVER: usize = 1024;
 
-type Sender = SendRequest<UpstreamBody>;
-
 /// Why a request got no response.
 #[derive(Debug)]
 pub enum SendError {
     /// No connection could be made, so nothing was sent.
     Connect(BoxError),
     /// The connection failed while the request was sent or the response head read.
-    Exchange(hyper::Error),
+    Exchange(ExchangeError),
 }
 
 thread_local! {
@@ -52,8 +51,8 @@ thread_local! {
 }
 
 /// Marks the calling thread as serving worker `index` (see `server`): its requests take and
-/// give back connections of their own idle lists, so a connection's task runs on the thread
-/// whose requests use it and no exchange crosses threads.
+/// give back connections of their own idle lists, so a connection is only ever used by the
+/// thread that made it.
 pub fn set_worker(index: usize) {
     WORKER.with(|worker| worker.set(index));
 }
@@ -70,7 +69,7 @@ pub struct Connections {
 struct IdleList(Mutex<VecDeque<Idle>>);
 
 struct Idle {
-    sender: Sender,
+    connection: Box<Connection>,
     since: Instant,
 }
 
@@ -95,55 +94,55 @@ impl Connections {
     }
 
     /// Sends `request` (origin-form target, Host set) to server `server`, reached at `address`
-    /// (scheme and authority). A pooled connection that closed while idle is skipped, and the
-    /// request, not yet sent, goes on the next one or a new one.
+    /// (scheme and authority), and reads the response head.
     pub async fn send(
         &self,
         server: usize,
         address: &Uri,
-        mut request: Request<UpstreamBody>,
+        request: Request<UpstreamBody>,
     ) -> Result<Response<PooledBody>, SendError> {
         let idle = self.idle_list(server);
-        while let Some(mut sender) = idle.take_ready() {
-            match sender.try_send_request(request).await {
-                Ok(response) => return Ok(pooled(response, sender, idle)),
-                Err(mut failed) => match failed.take_message() {
-                    Some(unsent) => request = unsent,
-                    None => return Err(SendError::Exchange(failed.into_error())),
-                },
+        let (parts, mut body) = request.into_parts();
+        let wants_upgrade = headers::wants_upgrade(&parts.headers);
+        // Only such a request can go again when its pooled connection turns out closed: the
+        // upstream may have seen it, and a streamed body cannot be sent twice.
+        let replayable = body.is_end_stream() && is_idempotent(&parts.method) && !wants_upgrade;
+        while let Some(mut connection) = idle.take_open() {
+            match connection.exchange(&parts, body, wants_upgrade).await {
+                Ok(head) => return Ok(pooled(head, connection, idle)),
+                Err(error) if replayable && error.is_close_before_answer() => {
+                    tracing::debug!(%error, "pooled upstream connection was closed; sending again");
+                    body = Either::Right(Empty::new());
+                }
+                Err(error) => return Err(SendError::Exchange(error)),
             }
         }
         // Boxed: the connector's future is large and only needed for new connections, so
         // every request's future stays small (futures are moved, byte by byte, as they go).
-        let mut sender = Box::pin(self.connect(address)).await?;
-        let response = sender
-            .send_request(request)
+        let mut connection = Box::pin(self.connect(address)).await?;
+        let head = connection
+            .exchange(&parts, body, wants_upgrade)
             .await
             .map_err(SendError::Exchange)?;
-        Ok(pooled(response, sender, idle))
+        Ok(pooled(head, connection, idle))
     }
 
-    /// Opens a connection (TCP within the connect timeout, then TLS for `https://`) and
-    /// starts the task that drives it.
-    async fn connect(&self, address: &Uri) -> Result<Sender, SendError> {
+    /// Opens a connection: TCP within the connect timeout, then TLS for `https://`.
+    async fn connect(&self, address: &Uri) -> Result<Box<Connection>, SendError> {
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
             .map_err(SendError::Connect)?;
-        let io = connector
+        let stream = match connector
             .call(address.clone())
             .await
-            .map_err(SendError::Connect)?;
-        let (sender, connection) = http1::Builder::new()
-            .handshake(io)
-            .await
-            .map_err(SendError::Exchange)?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.with_upgrades().await {
-                tracing::debug!(%error, "upstream connection ended with an error");
-            }
-        });
-        Ok(sender)
+            .map_err(SendError::Connect)?
+        {
+            MaybeHttpsStream::Http(tcp) => Stream::Plain(tcp.into_inner()),
+            MaybeHttpsStream::Https(tls) => Stream::Tls(Box::new(tls.into_inner())),
+        };
+        // Boxed once for its life: requests and bodies then move a pointer, not the buffers.
+        Ok(Box::new(Connection::new(stream)))
     }
 
     /// Closes the connections idle for longer than `IDLE_TIMEOUT`.
@@ -158,6 +157,14 @@ impl Connections {
         let lists = &self.idle[server * self.workers..(server + 1) * self.workers];
         lists.iter().map(|list| list.lock().len()).sum()
     }
+}
+
+/// RFC 9110 §9.2.2: safe to send again when the first attempt's fate is unknown.
+pub fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
 }
 
 /// Closes the expired idle connections of every pool a few times per `IDLE_TIMEOUT`, so
@@ -193,38 +200,16 @@ impl IdleList {
     }
 
     /// The most recently used connection that is still open.
-    fn take_ready(&self) -> Option<Sender> {
+    fn take_open(&self) -> Option<Box<Connection>> {
         loop {
-            let sender = self.lock().pop_back()?.sender;
-            // Only ready connections are pooled; one that is not ready any more has closed.
-            if sender.is_ready() {
-                return Some(sender);
+            let mut connection = self.lock().pop_back()?.connection;
+            if connection.is_open() {
+                return Some(connection);
             }
         }
     }
 
-    /// Pools `sender` once its connection is ready for another request. Its task may not have
-    /// seen the end of the exchange yet (or the request body may still be uploading after an
-    /// early answer); then a small task waits for it, so no request ever waits on a busy one.
-    fn give_back(self: &Arc<Self>, mut sender: Sender) {
-        if sender.is_ready() {
-            return self.push(sender);
-        }
-        if sender.is_closed() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let idle = self.clone();
-        runtime.spawn(async move {
-            if sender.ready().await.is_ok() {
-                idle.push(sender);
-            }
-        });
-    }
-
-    fn push(&self, sender: Sender) {
+    fn push(&self, connection: Box<Connection>) {
         let now = Instant::now();
         let mut idle = self.lock();
         while idle
@@ -233,76 +218,109 @@ impl IdleList {
         {
             idle.pop_front();
         }
-        idle.push_back(Idle { sender, since: now });
+        idle.push_back(Idle {
+            connection,
+            since: now,
+        });
     }
 }
 
-/// Wraps a response so that its connection returns to the pool after the body. A 101 hands
-/// the connection over to the upgrade instead.
+/// Wraps a response so that its connection returns to the pool after the body; a response
+/// without a body gives it back at once.
 fn pooled(
-    response: Response<Incoming>,
-    sender: Sender,
+    head: ResponseHead,
+    connection: Box<Connection>,
     idle: &Arc<IdleList>,
 ) -> Response<PooledBody> {
-    let returning = (response.status() != StatusCode::SWITCHING_PROTOCOLS).then(|| Returning {
-        sender,
-        idle: idle.clone(),
-    });
-    response.map(|body| PooledBody { body, returning })
+    let ResponseHead {
+        response,
+        framing,
+        keep_alive,
+    } = head;
+    let mut body = PooledBody {
+        connection: Some(connection),
+        framing,
+        idle: keep_alive.then(|| idle.clone()),
+    };
+    if body.framing == Framing::Done {
+        body.finish();
+    }
+    response.map(|()| body)
 }
 
 /// An upstream response body that gives its connection back once read to the end.
 pub struct PooledBody {
-    body: Incoming,
-    returning: Option<Returning>,
-}
-
-struct Returning {
-    sender: Sender,
-    idle: Arc<IdleList>,
+    connection: Option<Box<Connection>>,
+    framing: Framing,
+    /// Where the connection goes after the body; `None` when it must close.
+    idle: Option<Arc<IdleList>>,
 }
 
 impl PooledBody {
-    fn give_back(&mut self) {
-        if let Some(Returning { sender, idle }) = self.returning.take() {
-            idle.give_back(sender);
+    /// The connection of a 101 answer, for the tunnel.
+    pub fn take_upgraded(&mut self) -> Option<Upgraded> {
+        if self.framing != Framing::Upgraded {
+            return None;
         }
+        self.connection
+            .take()
+            .map(|connection| connection.into_upgraded())
+    }
+
+    /// Pools the connection once the request body is sent too: at once, or from a small task
+    /// when the upstream answered before the whole body arrived, so no request waits on it.
+    fn finish(&mut self) {
+        let (Some(mut connection), Some(idle)) = (self.connection.take(), self.idle.take()) else {
+            return;
+        };
+        if connection.is_idle() {
+            return idle.push(connection);
+        }
+        if !connection.is_uploading() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        runtime.spawn(async move {
+            if std::future::poll_fn(|cx| connection.poll_finish_upload(cx)).await {
+                idle.push(connection);
+            }
+        });
     }
 }
 
 impl Body for PooledBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = ExchangeError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+    ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
+        let this = self.get_mut();
+        let Some(connection) = this.connection.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = ready!(connection.poll_frame(&mut this.framing, cx));
         match &frame {
             // A broken body leaves its connection unusable.
-            Some(Err(_)) => self.returning = None,
-            Some(Ok(_)) if !self.body.is_end_stream() => {}
-            _ => self.give_back(),
+            Some(Err(_)) => this.connection = None,
+            _ if this.framing == Framing::Done => this.finish(),
+            _ => {}
         }
         Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        matches!(self.framing, Framing::Done | Framing::Upgraded)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-impl Drop for PooledBody {
-    /// Bodies known empty (HEAD, 204, 304) are never polled; others dropped halfway are not
-    /// given back, and hyper closes their connection.
-    fn drop(&mut self) {
-        if self.body.is_end_stream() {
-            self.give_back();
+        match self.framing {
+            Framing::Length(left) => SizeHint::with_exact(left),
+            Framing::Done | Framing::Upgraded => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
         }
     }
 }
@@ -329,16 +347,9 @@ mod tests {
         assert!(!body.to_bytes().is_empty());
     }
 
-    /// One exchange, then waits until its connection is pooled (once its task has seen the
-    /// end of the exchange).
+    /// One exchange, whose connection is pooled as its body ends.
     async fn one_pooled_connection(pool: &UpstreamPool) {
         exchange(pool).await;
-        for _ in 0..200 {
-            if pool.connections.idle_count(0) == 1 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
         assert_eq!(pool.connections.idle_count(0), 1);
     }
 

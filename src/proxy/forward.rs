@@ -11,8 +11,9 @@ use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use super::connections::{PooledBody, SendError};
+use super::connections::{PooledBody, SendError, is_idempotent};
 use super::headers::{self, Forwarded};
+use super::http1::Upgraded;
 use super::upstream::{UpstreamBody, UpstreamPool};
 use crate::respond::{GatewayError, ResponseBody};
 
@@ -138,7 +139,7 @@ fn client_response(
 ) -> Response<ResponseBody> {
     match client_upgrade {
         Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
-            let upstream = hyper::upgrade::on(&mut response);
+            let upstream = response.body_mut().take_upgraded();
             let protocol = response.headers().get(UPGRADE).cloned();
             headers::strip_hop_by_hop(response.headers_mut());
             if let Some(protocol) = protocol {
@@ -148,7 +149,9 @@ fn client_response(
                 );
                 response.headers_mut().insert(UPGRADE, protocol);
             }
-            tokio::spawn(tunnel(client, upstream));
+            if let Some(upstream) = upstream {
+                tokio::spawn(tunnel(client, upstream));
+            }
         }
         _ => headers::strip_hop_by_hop(response.headers_mut()),
     }
@@ -156,15 +159,14 @@ fn client_response(
 }
 
 /// Copies bytes both ways between the upgraded client and upstream connections.
-async fn tunnel(client: OnUpgrade, upstream: OnUpgrade) {
-    let (client, upstream) = match tokio::try_join!(client, upstream) {
-        Ok(pair) => pair,
+async fn tunnel(client: OnUpgrade, mut upstream: Upgraded) {
+    let mut client = match client.await {
+        Ok(client) => TokioIo::new(client),
         Err(error) => {
             tracing::debug!(%error, "upgrade did not complete");
             return;
         }
     };
-    let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
     match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
         Ok((sent, received)) => tracing::debug!(sent, received, "upgraded connection closed"),
         Err(error) => tracing::debug!(%error, "upgraded connection failed"),
@@ -175,13 +177,6 @@ fn no_healthy_server(pool: &UpstreamPool) -> GatewayError {
     GatewayError::NoHealthyServer {
         upstream: pool.name.clone(),
     }
-}
-
-fn is_idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
 }
 
 /// The TLS error behind a connect error, if the handshake is what failed.

@@ -7,6 +7,7 @@ pub mod connections;
 mod forward;
 pub mod headers;
 mod health;
+pub mod http1;
 pub mod upstream;
 
 use std::net::{IpAddr, SocketAddr};
