@@ -1,11 +1,13 @@
 //! The one place where errors become HTTP answers. Every answer the gateway generates (rather
 //! than forwards) is `application/problem+json` (RFC 9457) carrying the request id.
 
+use std::ops::Range;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
+use smallvec::SmallVec;
 
 use crate::config::ResponseStyle;
 use crate::limit::RateStatus;
@@ -206,31 +208,43 @@ pub fn insert_rate_headers(
         return;
     };
     let reset = whole_seconds(first.reset);
+    // Every value is written into one buffer and each header takes a slice of it: these go
+    // on every limited response, and an allocation per value cost more than the writing.
+    let mut text = String::with_capacity(64 + statuses.len() * 40);
+    let mut values: SmallVec<[(http::HeaderName, Range<usize>); 5]> = SmallVec::new();
+    let mut value_start = 0;
+    // Ends the value written since the last call and names its header.
+    let mut end_value = |text: &String, name| {
+        values.push((name, value_start..text.len()));
+        value_start = text.len();
+    };
     if style.x_ratelimit {
-        headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(first.limit));
-        headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(first.remaining));
-        headers.insert(X_RATELIMIT_RESET, HeaderValue::from(reset));
+        push_number(&mut text, "", first.limit);
+        end_value(&text, X_RATELIMIT_LIMIT);
+        push_number(&mut text, "", first.remaining);
+        end_value(&text, X_RATELIMIT_REMAINING);
+        push_number(&mut text, "", reset);
+        end_value(&text, X_RATELIMIT_RESET);
     }
     if style.ietf {
-        // Built by hand into one buffer each: these go on every limited response, and
-        // `format!` per window cost more than the rest of a denial.
-        let mut policy = String::with_capacity(statuses.len() * 40);
         for (i, status) in statuses.iter().enumerate() {
             if i > 0 {
-                policy.push_str(", ");
+                text.push_str(", ");
             }
-            push_item(&mut policy, &status.policy, ";q=", status.limit);
-            push_number(&mut policy, ";w=", whole_seconds(status.window).max(1));
+            push_item(&mut text, &status.policy, ";q=", status.limit);
+            push_number(&mut text, ";w=", whole_seconds(status.window).max(1));
         }
-        let mut current = String::with_capacity(first.policy.len() + 32);
-        push_item(&mut current, &first.policy, ";r=", first.remaining);
-        push_number(&mut current, ";t=", reset);
-        if let (Ok(policy), Ok(current)) = (
-            HeaderValue::from_maybe_shared(Bytes::from(policy)),
-            HeaderValue::from_maybe_shared(Bytes::from(current)),
-        ) {
-            headers.insert(RATELIMIT_POLICY, policy);
-            headers.insert(RATELIMIT, current);
+        end_value(&text, RATELIMIT_POLICY);
+        push_item(&mut text, &first.policy, ";r=", first.remaining);
+        push_number(&mut text, ";t=", reset);
+        end_value(&text, RATELIMIT);
+    }
+    let text = Bytes::from(text);
+    for (name, range) in values {
+        // Limit names are checked at config load; a value that is still not a valid header
+        // value is left out rather than sent broken.
+        if let Ok(value) = HeaderValue::from_maybe_shared(text.slice(range)) {
+            headers.insert(name, value);
         }
     }
 }

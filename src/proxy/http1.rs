@@ -384,7 +384,8 @@ impl Connection {
             names.push((name, start..start + field.value.len()));
         }
         let head = self.read_buf.split_to(length).freeze();
-        let mut headers = HeaderMap::with_capacity(names.len());
+        // Room for what the gateway adds (request id, rate-limit fields) without a regrow.
+        let mut headers = HeaderMap::with_capacity(names.len() + 6);
         for (name, range) in names {
             let value = HeaderValue::from_maybe_shared(head.slice(range))
                 .map_err(|_| ExchangeError::Framing("invalid field value"))?;
