@@ -33,6 +33,8 @@ enum Answer {
     SendAndClose(Vec<u8>),
     /// Close without a word.
     Close,
+    /// Keep the connection open and never answer.
+    Hang,
 }
 
 type Script = Arc<dyn Fn(&Received) -> Answer + Send + Sync>;
@@ -101,6 +103,10 @@ async fn serve(mut stream: TcpStream, script: Script, recording: Arc<Mutex<Vec<R
                 return;
             }
             Answer::Close => return,
+            Answer::Hang => {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+                return;
+            }
         }
     }
 }
@@ -415,4 +421,42 @@ async fn uploads_of_unknown_length_go_chunked_and_known_lengths_keep_content_len
     assert_eq!(known.body, b"abc");
     // Both on one connection: each request was framed so the upstream found its end.
     assert_eq!(upstream.accepted(), 1);
+}
+
+#[tokio::test]
+async fn the_response_timeout_holds_on_a_reused_connection_and_a_fresh_one() {
+    let upstream = ScriptedUpstream::start(|request| {
+        if request.head.starts_with("get /hang ") {
+            Answer::Hang
+        } else {
+            Answer::Send(bytes("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"))
+        }
+    })
+    .await;
+    let routes = one_route_config(
+        std::slice::from_ref(&upstream.url),
+        "response_timeout = \"300ms\"",
+    );
+    let gateway = TestGateway::start(&format!("workers = 1\n{routes}")).await;
+    // Fast answers on one connection, each moving its deadline later, then one that hangs
+    // on that connection, then (after a fast one) one that hangs on a new connection.
+    for _ in 0..3 {
+        assert_eq!(get(&gateway.url("/fast")).await.0.status(), StatusCode::OK);
+    }
+    for round in 0..2 {
+        let started = std::time::Instant::now();
+        let (response, body) = get(&gateway.url("/hang")).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::GATEWAY_TIMEOUT,
+            "round {round}"
+        );
+        problem(&response, &body);
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        assert!(waited < Duration::from_secs(10), "{waited:?}");
+        // The timed-out connection is closed, not pooled: a new one serves this.
+        assert_eq!(get(&gateway.url("/fast")).await.0.status(), StatusCode::OK);
+    }
+    assert_eq!(upstream.accepted(), 3);
 }

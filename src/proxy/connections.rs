@@ -44,6 +44,17 @@ pub enum SendError {
     Connect(BoxError),
     /// The connection failed while the request was sent or the response head read.
     Exchange(ExchangeError),
+    /// No response head (or no connection) by the deadline.
+    Timeout,
+}
+
+impl From<ExchangeError> for SendError {
+    fn from(error: ExchangeError) -> SendError {
+        match error {
+            ExchangeError::TimedOut => SendError::Timeout,
+            error => SendError::Exchange(error),
+        }
+    }
 }
 
 thread_local! {
@@ -94,12 +105,13 @@ impl Connections {
     }
 
     /// Sends `request` (origin-form target, Host set) to server `server`, reached at `address`
-    /// (scheme and authority), and reads the response head.
+    /// (scheme and authority), and reads the response head, all by `deadline`.
     pub async fn send(
         &self,
         server: usize,
         address: &Uri,
         request: Request<UpstreamBody>,
+        deadline: tokio::time::Instant,
     ) -> Result<Response<PooledBody>, SendError> {
         let idle = self.idle_list(server);
         let (parts, mut body) = request.into_parts();
@@ -108,22 +120,25 @@ impl Connections {
         // upstream may have seen it, and a streamed body cannot be sent twice.
         let replayable = body.is_end_stream() && is_idempotent(&parts.method) && !wants_upgrade;
         while let Some(mut connection) = idle.take_open() {
-            match connection.exchange(&parts, body, wants_upgrade).await {
+            match connection
+                .exchange(&parts, body, wants_upgrade, deadline)
+                .await
+            {
                 Ok(head) => return Ok(pooled(head, connection, idle)),
                 Err(error) if replayable && error.is_close_before_answer() => {
                     tracing::debug!(%error, "pooled upstream connection was closed; sending again");
                     body = Either::Right(Empty::new());
                 }
-                Err(error) => return Err(SendError::Exchange(error)),
+                Err(error) => return Err(error.into()),
             }
         }
         // Boxed: the connector's future is large and only needed for new connections, so
         // every request's future stays small (futures are moved, byte by byte, as they go).
-        let mut connection = Box::pin(self.connect(address)).await?;
+        let connecting = tokio::time::timeout_at(deadline, Box::pin(self.connect(address)));
+        let mut connection = connecting.await.map_err(|_| SendError::Timeout)??;
         let head = connection
-            .exchange(&parts, body, wants_upgrade)
-            .await
-            .map_err(SendError::Exchange)?;
+            .exchange(&parts, body, wants_upgrade, deadline)
+            .await?;
         Ok(pooled(head, connection, idle))
     }
 
@@ -342,7 +357,8 @@ mod tests {
 
     async fn exchange(pool: &UpstreamPool) {
         let request = Request::get("/").body(Either::Right(Empty::new())).unwrap();
-        let response = pool.send(0, request).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let response = pool.send(0, request, deadline).await;
         let body = response.unwrap().into_body().collect().await.unwrap();
         assert!(!body.to_bytes().is_empty());
     }

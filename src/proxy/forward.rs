@@ -94,15 +94,15 @@ async fn send(
     let _in_flight = pool.begin(server);
     let upstream = || pool.name.clone();
     let label = || target.label.clone();
-    let exchange = pool.send(server, request);
-    match tokio::time::timeout(pool.response_timeout, exchange).await {
-        Ok(Ok(response)) => Ok(response),
-        Err(_elapsed) => Err(GatewayError::UpstreamTimeout {
+    let deadline = tokio::time::Instant::now() + pool.response_timeout;
+    match pool.send(server, request, deadline).await {
+        Ok(response) => Ok(response),
+        Err(SendError::Timeout) => Err(GatewayError::UpstreamTimeout {
             upstream: upstream(),
             server: label(),
             after: pool.response_timeout,
         }),
-        Ok(Err(SendError::Connect(source))) => {
+        Err(SendError::Connect(source)) => {
             pool.eject(server);
             if let Some(tls) = tls_error(source.as_ref()) {
                 Err(GatewayError::UpstreamTls {
@@ -124,7 +124,7 @@ async fn send(
                 })
             }
         }
-        Ok(Err(SendError::Exchange(source))) => Err(GatewayError::UpstreamFailed {
+        Err(SendError::Exchange(source)) => Err(GatewayError::UpstreamFailed {
             upstream: upstream(),
             server: label(),
             source,

@@ -50,8 +50,9 @@ async fn probe(pool: &UpstreamPool, server: usize, check: &HealthCheck) -> bool 
     else {
         return false;
     };
+    let deadline = tokio::time::Instant::now() + check.timeout;
     let exchange = async {
-        let response = pool.send(server, request).await.ok()?;
+        let response = pool.send(server, request, deadline).await.ok()?;
         let passed = response.status().is_success();
         // Read the body so the connection can be reused for the next check.
         response.into_body().collect().await.ok()?;

@@ -23,6 +23,7 @@ use hyper_util::rt::TokioIo;
 use smallvec::SmallVec;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 
 use super::upstream::UpstreamBody;
 
@@ -60,6 +61,8 @@ pub enum ExchangeError {
     Framing(&'static str),
     #[error("the connection closed before the end of the response body")]
     BodyCut,
+    #[error("no response head before the response timeout")]
+    TimedOut,
     #[error("101 Switching Protocols to a request that asked for no upgrade")]
     UnexpectedUpgrade,
     #[error("reading the client's request body failed: {0}")]
@@ -132,11 +135,17 @@ pub struct Connection {
     body: Option<UpstreamBody>,
     chunked: bool,
     upload: Upload,
+    /// The current exchange's deadline for the response head. One timer for the connection's
+    /// life: moving it later is an atomic store while it is armed, where a timer per request
+    /// took a lock to enter tokio's timer wheel and another to leave it.
+    deadline: Pin<Box<Sleep>>,
 }
 
 impl Connection {
+    /// Must be called within the runtime whose requests will use the connection.
     pub fn new(stream: Stream) -> Connection {
         Connection {
+            deadline: Box::pin(tokio::time::sleep_until(Instant::now())),
             stream,
             read_buf: BytesMut::new(),
             read_size: FIRST_READ,
@@ -167,13 +176,16 @@ impl Connection {
         matches!(self.upload, Upload::Sending)
     }
 
-    /// Sends the request and reads the response head; 1xx answers other than 101 are skipped.
+    /// Sends the request and reads the response head, which must come by `deadline`; 1xx
+    /// answers other than 101 are skipped.
     pub async fn exchange(
         &mut self,
         parts: &Parts,
         body: UpstreamBody,
         wants_upgrade: bool,
+        deadline: Instant,
     ) -> Result<ResponseHead, ExchangeError> {
+        self.deadline.as_mut().reset(deadline);
         self.start(parts, body);
         let head_request = parts.method == Method::HEAD;
         std::future::poll_fn(|cx| self.poll_head(cx, head_request, wants_upgrade)).await
@@ -217,7 +229,13 @@ impl Connection {
             if self.read_buf.len() >= MAX_HEAD_BYTES {
                 return Poll::Ready(Err(ExchangeError::HeadTooLarge));
             }
-            if ready!(self.poll_read_more(cx))? == 0 {
+            let Poll::Ready(read) = self.poll_read_more(cx) else {
+                return match self.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(ExchangeError::TimedOut)),
+                    Poll::Pending => Poll::Pending,
+                };
+            };
+            if read? == 0 {
                 return Poll::Ready(Err(
                     match std::mem::replace(&mut self.upload, Upload::Done) {
                         // Why the upstream stopped reading says more than the close itself.

@@ -102,17 +102,20 @@ impl UpstreamPool {
     }
 
     /// Sends `request` (origin-form target) to `server` on a pooled keep-alive connection; a
-    /// request without Host (HTTP/1.0) gets the server's authority.
+    /// request without Host (HTTP/1.0) gets the server's authority. The response head must
+    /// come by `deadline`.
     pub fn send(
         &self,
         server: usize,
         mut request: Request<UpstreamBody>,
+        deadline: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> + '_ {
         let target = &self.servers[server];
         if !request.headers().contains_key(HOST) {
             request.headers_mut().insert(HOST, target.host.clone());
         }
-        self.connections.send(server, &target.address, request)
+        self.connections
+            .send(server, &target.address, request, deadline)
     }
 
     /// Counts a request against `server` until the returned guard is dropped.
