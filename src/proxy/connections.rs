@@ -25,7 +25,7 @@ use tower_service::Service;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::headers;
+use super::headers::SetFields;
 use super::http1::{Connection, ExchangeError, Framing, ResponseHead, Stream, Upgraded};
 use super::upstream::{UpstreamBody, UpstreamPool};
 
@@ -111,19 +111,17 @@ impl Connections {
         server: usize,
         address: &Uri,
         request: Request<UpstreamBody>,
+        set: SetFields,
         deadline: tokio::time::Instant,
     ) -> Result<Response<PooledBody>, SendError> {
         let idle = self.idle_list(server);
         let (parts, mut body) = request.into_parts();
-        let wants_upgrade = headers::wants_upgrade(&parts.headers);
+        let wants_upgrade = set.upgrade.is_some();
         // Only such a request can go again when its pooled connection turns out closed: the
         // upstream may have seen it, and a streamed body cannot be sent twice.
         let replayable = body.is_end_stream() && is_idempotent(&parts.method) && !wants_upgrade;
         while let Some(mut connection) = idle.take_open() {
-            match connection
-                .exchange(&parts, body, wants_upgrade, deadline)
-                .await
-            {
+            match connection.exchange(&parts, &set, body, deadline).await {
                 Ok(head) => return Ok(pooled(head, connection, idle)),
                 Err(error) if replayable && error.is_close_before_answer() => {
                     tracing::debug!(%error, "pooled upstream connection was closed; sending again");
@@ -136,9 +134,7 @@ impl Connections {
         // every request's future stays small (futures are moved, byte by byte, as they go).
         let connecting = tokio::time::timeout_at(deadline, Box::pin(self.connect(address)));
         let mut connection = connecting.await.map_err(|_| SendError::Timeout)??;
-        let head = connection
-            .exchange(&parts, body, wants_upgrade, deadline)
-            .await?;
+        let head = connection.exchange(&parts, &set, body, deadline).await?;
         Ok(pooled(head, connection, idle))
     }
 
@@ -358,7 +354,7 @@ mod tests {
     async fn exchange(pool: &UpstreamPool) {
         let request = Request::get("/").body(Either::Right(Empty::new())).unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let response = pool.send(0, request, deadline).await;
+        let response = pool.send(0, request, SetFields::default(), deadline).await;
         let body = response.unwrap().into_body().collect().await.unwrap();
         assert!(!body.to_bytes().is_empty());
     }

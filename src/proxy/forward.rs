@@ -12,7 +12,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
 use super::connections::{PooledBody, SendError, is_idempotent};
-use super::headers::{self, Forwarded};
+use super::headers::{self, Forwarded, SetFields};
 use super::http1::Upgraded;
 use super::upstream::{UpstreamBody, UpstreamPool};
 use crate::respond::{GatewayError, ResponseBody};
@@ -31,7 +31,7 @@ pub async fn forward<'r>(
     });
     let (mut parts, body) = request.into_parts();
     let (client_upgrade, protocol) = upgrade.unzip();
-    headers::to_upstream(&mut parts.headers, forwarded, protocol.flatten());
+    let set = headers::to_upstream(&mut parts.headers, forwarded, protocol.flatten());
     let path = parts
         .uri
         .path_and_query()
@@ -39,8 +39,9 @@ pub async fn forward<'r>(
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
     let retryable =
         client_upgrade.is_none() && is_idempotent(&parts.method) && body.is_end_stream();
-    // Only a retryable request needs its headers kept for a second attempt.
-    let retry_headers = (retryable && pool.servers.len() > 1).then(|| parts.headers.clone());
+    // Only a retryable request needs its fields kept for a second attempt.
+    let retry_fields =
+        (retryable && pool.servers.len() > 1).then(|| (parts.headers.clone(), set.clone()));
 
     let first = pool.pick(None).ok_or_else(|| no_healthy_server(pool))?;
     *served_by = Some(&pool.servers[first].label);
@@ -49,13 +50,13 @@ pub async fn forward<'r>(
         first,
         parts.method.clone(),
         path.clone(),
-        parts.headers,
+        (parts.headers, set),
         Either::Left(body),
     )
     .await;
     let response = match first_attempt {
         Err(error) if error.is_connect_failure() => {
-            let (Some(headers), Some(second)) = (retry_headers, pool.pick(Some(first))) else {
+            let (Some(fields), Some(second)) = (retry_fields, pool.pick(Some(first))) else {
                 return Err(error);
             };
             *served_by = Some(&pool.servers[second].label);
@@ -66,7 +67,7 @@ pub async fn forward<'r>(
                 second,
                 parts.method,
                 path,
-                headers,
+                fields,
                 Either::Right(Empty::new()),
             );
             Box::pin(retry).await?
@@ -81,7 +82,7 @@ async fn send(
     server: usize,
     method: Method,
     path: PathAndQuery,
-    headers: HeaderMap,
+    (headers, set): (HeaderMap, SetFields),
     body: UpstreamBody,
 ) -> Result<Response<PooledBody>, GatewayError> {
     let target = &pool.servers[server];
@@ -95,7 +96,7 @@ async fn send(
     let upstream = || pool.name.clone();
     let label = || target.label.clone();
     let deadline = tokio::time::Instant::now() + pool.response_timeout;
-    match pool.send(server, request, deadline).await {
+    match pool.send(server, request, set, deadline).await {
         Ok(response) => Ok(response),
         Err(SendError::Timeout) => Err(GatewayError::UpstreamTimeout {
             upstream: upstream(),

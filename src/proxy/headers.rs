@@ -78,34 +78,78 @@ pub struct Forwarded<'a> {
     pub request_id: &'a HeaderValue,
 }
 
-/// Rewrites client request headers into upstream request headers, in place.
+/// The fields the gateway sets on a request going upstream. They are written after the
+/// client's own fields, of which those with the same names are left out (`replaces`): adding
+/// them to the request's map cost a hash and an insert each, and often a regrow of the map.
+#[derive(Clone, Debug, Default)]
+pub struct SetFields {
+    /// Only when the request has none (HTTP/1.0 or HTTP/2).
+    pub host: Option<HeaderValue>,
+    pub forwarded_host: Option<HeaderValue>,
+    pub forwarded_for: Option<HeaderValue>,
+    pub forwarded_proto: Option<&'static str>,
+    pub request_id: Option<HeaderValue>,
+    /// The protocol of an upgrade the client asked for (with `Connection: upgrade`).
+    pub upgrade: Option<HeaderValue>,
+}
+
+impl SetFields {
+    /// True for a client field that the gateway's own replaces: whatever a client says about
+    /// who forwarded it never reaches the upstream unchecked.
+    pub fn replaces(name: &HeaderName) -> bool {
+        matches!(
+            name.as_str(),
+            "x-forwarded-for" | "x-forwarded-host" | "x-forwarded-proto" | "x-request-id"
+        )
+    }
+
+    /// The fields, in the order they are written.
+    pub fn iter(&self) -> impl Iterator<Item = (HeaderName, &[u8])> + '_ {
+        [
+            (HOST, bytes(&self.host)),
+            (X_FORWARDED_HOST, bytes(&self.forwarded_host)),
+            (X_FORWARDED_FOR, bytes(&self.forwarded_for)),
+            (X_FORWARDED_PROTO, self.forwarded_proto.map(str::as_bytes)),
+            (X_REQUEST_ID, bytes(&self.request_id)),
+            (CONNECTION, self.upgrade.as_ref().map(|_| &b"upgrade"[..])),
+            (UPGRADE, bytes(&self.upgrade)),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| Some((name, value?)))
+    }
+}
+
+fn bytes(field: &Option<HeaderValue>) -> Option<&[u8]> {
+    field.as_ref().map(HeaderValue::as_bytes)
+}
+
+/// Strips the client's hop-by-hop fields in place and returns the fields the gateway sets.
 pub fn to_upstream(
     headers: &mut HeaderMap,
     forwarded: &Forwarded<'_>,
     upgrade: Option<HeaderValue>,
-) {
+) -> SetFields {
     strip_hop_by_hop(headers);
-    if let Some(host) = forwarded.host {
-        if !headers.contains_key(HOST) {
-            headers.insert(HOST, host.clone());
-        }
-        headers.insert(X_FORWARDED_HOST, host.clone());
-    }
-    if forwarded.peer_trusted {
-        append_forwarded_for(headers, forwarded.peer);
+    let forwarded_for = if forwarded.peer_trusted {
+        forwarded_for_chain(headers, forwarded.peer)
     } else {
-        headers.insert(X_FORWARDED_FOR, forwarded.peer.clone());
-    }
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(forwarded.proto));
-    headers.insert(X_REQUEST_ID, forwarded.request_id.clone());
-    if let Some(protocol) = upgrade {
-        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
-        headers.insert(UPGRADE, protocol);
+        forwarded.peer.clone()
+    };
+    SetFields {
+        host: forwarded
+            .host
+            .filter(|_| !headers.contains_key(HOST))
+            .cloned(),
+        forwarded_host: forwarded.host.cloned(),
+        forwarded_for: Some(forwarded_for),
+        forwarded_proto: Some(forwarded.proto),
+        request_id: Some(forwarded.request_id.clone()),
+        upgrade,
     }
 }
 
-/// Joins every existing X-Forwarded-For line into one and appends `peer`.
-fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
+/// Every existing X-Forwarded-For line joined into one, then `peer`.
+fn forwarded_for_chain(headers: &HeaderMap, peer: &HeaderValue) -> HeaderValue {
     let mut value = String::new();
     for line in headers.get_all(X_FORWARDED_FOR) {
         if let Ok(text) = line.to_str() {
@@ -113,10 +157,11 @@ fn append_forwarded_for(headers: &mut HeaderMap, peer: &HeaderValue) {
             value.push_str(", ");
         }
     }
-    value.push_str(peer.to_str().unwrap_or("unknown"));
-    if let Ok(joined) = HeaderValue::from_str(&value) {
-        headers.insert(X_FORWARDED_FOR, joined);
+    if value.is_empty() {
+        return peer.clone();
     }
+    value.push_str(peer.to_str().unwrap_or("unknown"));
+    HeaderValue::from_str(&value).unwrap_or_else(|_| peer.clone())
 }
 
 #[cfg(test)]
@@ -153,12 +198,33 @@ mod tests {
         assert_eq!(map["accept"], "*/*");
     }
 
+    /// The fields as the upstream receives them, through the request head encoder.
+    fn as_sent(map: &HeaderMap, set: &SetFields) -> HeaderMap {
+        let (mut parts, ()) = http::Request::get("/").body(()).unwrap().into_parts();
+        parts.headers = map.clone();
+        let mut head = Vec::new();
+        crate::proxy::http1::encode_head(&mut head, &parts, set, None);
+        let mut fields = [httparse::EMPTY_HEADER; 32];
+        let mut request = httparse::Request::new(&mut fields);
+        assert!(request.parse(&head).unwrap().is_complete());
+        let mut sent = HeaderMap::new();
+        for field in request.headers.iter() {
+            sent.append(
+                HeaderName::from_bytes(field.name.as_bytes()).unwrap(),
+                HeaderValue::from_bytes(field.value).unwrap(),
+            );
+        }
+        sent
+    }
+
     #[test]
     fn sets_forwarded_headers_and_appends_the_peer() {
         let mut map = headers(&[
             ("x-forwarded-for", "203.0.113.1"),
             ("x-forwarded-for", "10.0.0.1"),
             ("x-forwarded-proto", "ftp"),
+            ("x-forwarded-host", "spoofed.example"),
+            ("x-request-id", "client-id"),
         ]);
         let host = HeaderValue::from_static("api.example.com");
         let id = HeaderValue::from_static("id-1");
@@ -171,19 +237,24 @@ mod tests {
             request_id: &id,
         };
         let mut from_untrusted = map.clone();
-        to_upstream(&mut map, &forwarded, None);
-        assert_eq!(map["x-forwarded-for"], "203.0.113.1, 10.0.0.1, 127.0.0.1");
+        let set = to_upstream(&mut map, &forwarded, None);
+        let sent = as_sent(&map, &set);
+        assert_eq!(sent["x-forwarded-for"], "203.0.113.1, 10.0.0.1, 127.0.0.1");
         let untrusted = Forwarded {
             peer_trusted: false,
             ..forwarded
         };
-        to_upstream(&mut from_untrusted, &untrusted, None);
-        assert_eq!(from_untrusted["x-forwarded-for"], "127.0.0.1");
-        assert_eq!(map.get_all("x-forwarded-for").iter().count(), 1);
-        assert_eq!(map["x-forwarded-proto"], "http");
-        assert_eq!(map["x-forwarded-host"], "api.example.com");
-        assert_eq!(map["host"], "api.example.com");
-        assert_eq!(map["x-request-id"], "id-1");
+        let set = to_upstream(&mut from_untrusted, &untrusted, None);
+        let sent_untrusted = as_sent(&from_untrusted, &set);
+        assert_eq!(sent_untrusted["x-forwarded-for"], "127.0.0.1");
+        for sent in [&sent, &sent_untrusted] {
+            assert_eq!(sent.get_all("x-forwarded-for").iter().count(), 1);
+            assert_eq!(sent.get_all("x-forwarded-proto").iter().count(), 1);
+            assert_eq!(sent["x-forwarded-proto"], "http");
+            assert_eq!(sent["x-forwarded-host"], "api.example.com");
+            assert_eq!(sent["host"], "api.example.com");
+            assert_eq!(sent["x-request-id"], "id-1");
+        }
     }
 
     #[test]
@@ -203,9 +274,11 @@ mod tests {
             request_id: &id,
         };
         let protocol = map.get(UPGRADE).cloned();
-        to_upstream(&mut map, &forwarded, protocol);
-        assert_eq!(map["connection"], "upgrade");
-        assert_eq!(map["upgrade"], "websocket");
+        let set = to_upstream(&mut map, &forwarded, protocol);
+        let sent = as_sent(&map, &set);
+        assert_eq!(sent["connection"], "upgrade");
+        assert_eq!(sent["upgrade"], "websocket");
+        assert_eq!(sent.get_all("connection").iter().count(), 1);
         assert!(!wants_upgrade(&headers(&[("upgrade", "websocket")])));
     }
 }

@@ -8,6 +8,7 @@ use http_body_util::{BodyExt, Either, Empty};
 use tokio::time::{MissedTickBehavior, timeout};
 use tokio_util::sync::CancellationToken;
 
+use super::headers::SetFields;
 use super::upstream::UpstreamPool;
 use crate::config::HealthCheck;
 
@@ -52,7 +53,10 @@ async fn probe(pool: &UpstreamPool, server: usize, check: &HealthCheck) -> bool 
     };
     let deadline = tokio::time::Instant::now() + check.timeout;
     let exchange = async {
-        let response = pool.send(server, request, deadline).await.ok()?;
+        let response = pool
+            .send(server, request, SetFields::default(), deadline)
+            .await
+            .ok()?;
         let passed = response.status().is_success();
         // Read the body so the connection can be reused for the next check.
         response.into_body().collect().await.ok()?;

@@ -25,6 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
+use super::headers::SetFields;
 use super::upstream::UpstreamBody;
 
 /// Longest response head (status line and fields), and longest trailer section, accepted.
@@ -181,18 +182,19 @@ impl Connection {
     pub async fn exchange(
         &mut self,
         parts: &Parts,
+        set: &SetFields,
         body: UpstreamBody,
-        wants_upgrade: bool,
         deadline: Instant,
     ) -> Result<ResponseHead, ExchangeError> {
         self.deadline.as_mut().reset(deadline);
-        self.start(parts, body);
+        self.start(parts, set, body);
+        let wants_upgrade = set.upgrade.is_some();
         let head_request = parts.method == Method::HEAD;
         std::future::poll_fn(|cx| self.poll_head(cx, head_request, wants_upgrade)).await
     }
 
     /// Encodes the request head; the body goes out as the exchange is polled.
-    fn start(&mut self, parts: &Parts, body: UpstreamBody) {
+    fn start(&mut self, parts: &Parts, set: &SetFields, body: UpstreamBody) {
         let length = if body.is_end_stream() {
             None
         } else {
@@ -200,7 +202,7 @@ impl Connection {
         };
         self.write_buf.clear();
         self.written = 0;
-        encode_head(&mut self.write_buf, parts, length);
+        encode_head(&mut self.write_buf, parts, set, length);
         self.flushed = false;
         self.chunked = matches!(length, Some(None));
         self.body = length.is_some().then_some(body);
@@ -329,7 +331,7 @@ impl Connection {
         if self.chunked {
             self.write_buf.extend_from_slice(b"0\r\n");
             for (name, value) in trailers.into_iter().flatten() {
-                encode_field(&mut self.write_buf, name, value);
+                encode_field(&mut self.write_buf, name.as_str(), value.as_bytes());
             }
             self.write_buf.extend_from_slice(b"\r\n");
             self.flushed = false;
@@ -457,9 +459,15 @@ impl Connection {
     }
 }
 
-/// Writes the request line and fields. `length`: `None` for no body, `Some(None)` for a body
-/// of unknown length (chunked), `Some(Some(n))` for `n` bytes.
-fn encode_head(buf: &mut Vec<u8>, parts: &Parts, length: Option<Option<u64>>) {
+/// Writes the request line, the request's fields less those `set` replaces, then `set`'s.
+/// `length`: `None` for no body, `Some(None)` for a body of unknown length (chunked),
+/// `Some(Some(n))` for `n` bytes.
+pub(crate) fn encode_head(
+    buf: &mut Vec<u8>,
+    parts: &Parts,
+    set: &SetFields,
+    length: Option<Option<u64>>,
+) {
     buf.extend_from_slice(parts.method.as_str().as_bytes());
     buf.push(b' ');
     let target = parts
@@ -473,7 +481,13 @@ fn encode_head(buf: &mut Vec<u8>, parts: &Parts, length: Option<Option<u64>>) {
         if framed_here && (name == CONTENT_LENGTH || name == TRANSFER_ENCODING) {
             continue;
         }
-        encode_field(buf, name, value);
+        if SetFields::replaces(name) {
+            continue;
+        }
+        encode_field(buf, name.as_str(), value.as_bytes());
+    }
+    for (name, value) in set.iter() {
+        encode_field(buf, name.as_str(), value);
     }
     match length {
         Some(Some(n)) => {
@@ -487,10 +501,11 @@ fn encode_head(buf: &mut Vec<u8>, parts: &Parts, length: Option<Option<u64>>) {
     buf.extend_from_slice(b"\r\n");
 }
 
-fn encode_field(buf: &mut Vec<u8>, name: &HeaderName, value: &HeaderValue) {
-    buf.extend_from_slice(name.as_str().as_bytes());
+fn encode_field(buf: &mut Vec<u8>, name: &str, value: &[u8]) {
+    buf.reserve(name.len() + value.len() + 4);
+    buf.extend_from_slice(name.as_bytes());
     buf.extend_from_slice(b": ");
-    buf.extend_from_slice(value.as_bytes());
+    buf.extend_from_slice(value);
     buf.extend_from_slice(b"\r\n");
 }
 
@@ -1015,7 +1030,7 @@ mod tests {
             .into_parts();
         let head = |parts: &Parts, length| {
             let mut buf = Vec::new();
-            encode_head(&mut buf, parts, length);
+            encode_head(&mut buf, parts, &SetFields::default(), length);
             String::from_utf8(buf).unwrap()
         };
         assert_eq!(

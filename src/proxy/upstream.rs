@@ -14,6 +14,7 @@ use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilde
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::connections::{Connections, PooledBody, SendError};
+use super::headers::SetFields;
 use crate::config::{Balance, HealthCheck, UpstreamConfig, UpstreamServer};
 use crate::tls::upstream::client_config;
 
@@ -101,21 +102,22 @@ impl UpstreamPool {
         }
     }
 
-    /// Sends `request` (origin-form target) to `server` on a pooled keep-alive connection; a
-    /// request without Host (HTTP/1.0) gets the server's authority. The response head must
-    /// come by `deadline`.
+    /// Sends `request` (origin-form target) with the fields in `set` to `server` on a pooled
+    /// keep-alive connection; a request without Host (HTTP/1.0) gets the server's authority.
+    /// The response head must come by `deadline`.
     pub fn send(
         &self,
         server: usize,
-        mut request: Request<UpstreamBody>,
+        request: Request<UpstreamBody>,
+        mut set: SetFields,
         deadline: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> + '_ {
         let target = &self.servers[server];
-        if !request.headers().contains_key(HOST) {
-            request.headers_mut().insert(HOST, target.host.clone());
+        if set.host.is_none() && !request.headers().contains_key(HOST) {
+            set.host = Some(target.host.clone());
         }
         self.connections
-            .send(server, &target.address, request, deadline)
+            .send(server, &target.address, request, set, deadline)
     }
 
     /// Counts a request against `server` until the returned guard is dropped.
