@@ -163,6 +163,11 @@ impl Connection {
     /// it was idle. No system call in the usual case: tokio knows whether the socket became
     /// readable since it was last read to the end.
     pub fn is_open(&mut self) -> bool {
+        if let Stream::Plain(tcp) = &self.stream {
+            // Any byte read here means the connection is not reused anyway.
+            let open = tcp.try_read(&mut [0u8; 1]);
+            return matches!(open, Err(error) if error.kind() == io::ErrorKind::WouldBlock);
+        }
         let mut cx = Context::from_waker(Waker::noop());
         self.poll_read_more(&mut cx).is_pending()
     }

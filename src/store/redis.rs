@@ -379,15 +379,18 @@ async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
 /// key's hash tag): 10 bytes shorter than hex, in every key.
 fn push_identity(key: &mut String, identity: u128) {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    for i in 0..22 {
-        let shift = 128 - 6 * (i + 1);
+    // Into bytes, then one push: a `char` pushed at a time cost a UTF-8 check each.
+    let mut text = [0u8; 22];
+    for (i, slot) in text.iter_mut().enumerate() {
+        let shift = 128 - 6 * (i as i32 + 1);
         let chunk = if shift >= 0 {
             identity >> shift
         } else {
             identity << -shift
         };
-        key.push(ALPHABET[(chunk & 63) as usize] as char);
+        *slot = ALPHABET[(chunk & 63) as usize];
     }
+    key.push_str(std::str::from_utf8(&text).unwrap_or_default());
 }
 
 async fn query<T: redis::FromRedisValue>(
