@@ -223,7 +223,7 @@ impl Connection {
         loop {
             // An upstream may answer before the whole body is sent; both go on together.
             self.drive_upload(cx)?;
-            if let Some(head) = self.parse_head(head_request)? {
+            if let Some(head) = parse_head(&mut self.read_buf, head_request)? {
                 let status = head.response.status();
                 if status == StatusCode::SWITCHING_PROTOCOLS && !wants_upgrade {
                     return Poll::Ready(Err(ExchangeError::UnexpectedUpgrade));
@@ -374,62 +374,6 @@ impl Connection {
         Poll::Ready(Ok(n))
     }
 
-    /// The response head at the start of the read buffer, once complete.
-    fn parse_head(&mut self, head_request: bool) -> Result<Option<ResponseHead>, ExchangeError> {
-        if self.read_buf.is_empty() {
-            return Ok(None);
-        }
-        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-        let mut parsed = httparse::Response::new(&mut []);
-        let length = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-            &mut parsed,
-            &self.read_buf,
-            &mut fields,
-        ) {
-            Ok(httparse::Status::Complete(length)) if length <= MAX_HEAD_BYTES => length,
-            Ok(httparse::Status::Complete(_)) => return Err(ExchangeError::HeadTooLarge),
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(error) => return Err(ExchangeError::MalformedHead(error)),
-        };
-        let status = parsed
-            .code
-            .and_then(|code| StatusCode::from_u16(code).ok())
-            .ok_or(ExchangeError::Framing("status code out of range"))?;
-        let version = match parsed.version {
-            Some(0) => Version::HTTP_10,
-            _ => Version::HTTP_11,
-        };
-        // Names now, values as slices of the head once it is split off the buffer (no copy).
-        let base = self.read_buf.as_ptr() as usize;
-        let mut names: SmallVec<[(HeaderName, Range<usize>); 24]> = SmallVec::new();
-        for field in parsed.headers.iter() {
-            let name = HeaderName::from_bytes(field.name.as_bytes())
-                .map_err(|_| ExchangeError::Framing("invalid field name"))?;
-            let start = field.value.as_ptr() as usize - base;
-            names.push((name, start..start + field.value.len()));
-        }
-        let head = self.read_buf.split_to(length).freeze();
-        // Room for what the gateway adds (request id, rate-limit fields) without a regrow.
-        let mut headers = HeaderMap::with_capacity(names.len() + 6);
-        for (name, range) in names {
-            let value = HeaderValue::from_maybe_shared(head.slice(range))
-                .map_err(|_| ExchangeError::Framing("invalid field value"))?;
-            headers.append(name, value);
-        }
-        let keep_alive = keeps_alive(version, &headers);
-        let framing = response_framing(status, head_request, &mut headers)?;
-        let keep_alive = keep_alive && !matches!(framing, Framing::UntilClose | Framing::Upgraded);
-        let mut response = Response::new(());
-        *response.status_mut() = status;
-        *response.version_mut() = version;
-        *response.headers_mut() = headers;
-        Ok(Some(ResponseHead {
-            response,
-            framing,
-            keep_alive,
-        }))
-    }
-
     /// The next piece of the response body: a data or trailers frame, `None` at its end.
     pub fn poll_frame(
         &mut self,
@@ -462,6 +406,70 @@ impl Connection {
             early: self.read_buf.freeze(),
         }
     }
+}
+
+/// The response head at the start of `buf`, split off it once complete.
+fn parse_head(
+    buf: &mut BytesMut,
+    head_request: bool,
+) -> Result<Option<ResponseHead>, ExchangeError> {
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
+    let mut parsed = httparse::Response::new(&mut []);
+    let length = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut parsed,
+        buf,
+        &mut fields,
+    ) {
+        Ok(httparse::Status::Complete(length)) if length <= MAX_HEAD_BYTES => length,
+        Ok(httparse::Status::Complete(_)) => return Err(ExchangeError::HeadTooLarge),
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(error) => return Err(ExchangeError::MalformedHead(error)),
+    };
+    let status = parsed
+        .code
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .ok_or(ExchangeError::Framing("status code out of range"))?;
+    let version = match parsed.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    // Names now, values as slices of the head once it is split off the buffer (no copy).
+    let base = buf.as_ptr() as usize;
+    let mut names: SmallVec<[(HeaderName, Range<usize>); 24]> = SmallVec::new();
+    for field in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes())
+            .map_err(|_| ExchangeError::Framing("invalid field name"))?;
+        // httparse hands out slices of the buffer; anything else is refused, not trusted.
+        let start = (field.value.as_ptr() as usize).wrapping_sub(base);
+        let end = start
+            .checked_add(field.value.len())
+            .filter(|&end| end <= length)
+            .ok_or(ExchangeError::Framing("field value outside the head"))?;
+        names.push((name, start..end));
+    }
+    let head = buf.split_to(length).freeze();
+    // Room for what the gateway adds (request id, rate-limit fields) without a regrow.
+    let mut headers = HeaderMap::with_capacity(names.len() + 6);
+    for (name, range) in names {
+        let value = HeaderValue::from_maybe_shared(head.slice(range))
+            .map_err(|_| ExchangeError::Framing("invalid field value"))?;
+        headers.append(name, value);
+    }
+    let keep_alive = keeps_alive(version, &headers);
+    let framing = response_framing(status, head_request, &mut headers)?;
+    let keep_alive = keep_alive && !matches!(framing, Framing::UntilClose | Framing::Upgraded);
+    let mut response = Response::new(());
+    *response.status_mut() = status;
+    *response.version_mut() = version;
+    *response.headers_mut() = headers;
+    Ok(Some(ResponseHead {
+        response,
+        framing,
+        keep_alive,
+    }))
 }
 
 /// Writes the request line, the request's fields less those `set` replaces, then `set`'s.
@@ -890,6 +898,66 @@ mod tests {
             let (data, _, _) =
                 decode_in_pieces(Framing::Length(body.len() as u64), &wire, &pieces).unwrap();
             prop_assert_eq!(data, body);
+        }
+    }
+
+    /// Reads a whole response from `wire` as the connection would: head, then body frames.
+    fn read_response(wire: &[u8], head_request: bool) -> Result<Option<Vec<u8>>, ExchangeError> {
+        let mut buf = BytesMut::from(wire);
+        let Some(head) = parse_head(&mut buf, head_request)? else {
+            return Ok(None);
+        };
+        let mut framing = head.framing;
+        let mut body = Vec::new();
+        while let Some(frame) = decode(&mut framing, &mut buf)? {
+            if let Ok(data) = frame.into_data() {
+                body.extend_from_slice(&data);
+            }
+        }
+        Ok(Some(body))
+    }
+
+    const VALID: &[u8] = b"HTTP/1.1 200 OK\r\nx-empty:\r\nx-list: a, b\r\n\
+        transfer-encoding: chunked\r\n\r\n4\r\nbody\r\n0\r\nx-sum: 1\r\n\r\n";
+
+    proptest! {
+        #[test]
+        fn no_upstream_bytes_make_the_reader_panic(
+            wire in prop::collection::vec(any::<u8>(), 0..600),
+            head_request in any::<bool>(),
+        ) {
+            let _ = read_response(&wire, head_request);
+        }
+
+        #[test]
+        fn no_damage_to_a_valid_response_makes_the_reader_panic(
+            flips in prop::collection::vec((0..VALID.len(), any::<u8>()), 1..6),
+            cut in 0..=VALID.len(),
+        ) {
+            let mut wire = VALID.to_vec();
+            for (at, byte) in flips {
+                wire[at] = byte;
+            }
+            wire.truncate(cut);
+            let _ = read_response(&wire, false);
+        }
+    }
+
+    #[test]
+    fn a_valid_response_with_an_empty_field_reads_whole() {
+        let mut buf = BytesMut::from(VALID);
+        let head = parse_head(&mut buf, false).unwrap().unwrap();
+        assert_eq!(head.response.headers()["x-empty"], "");
+        assert_eq!(head.response.headers()["x-list"], "a, b");
+        assert!(head.keep_alive);
+        assert_eq!(read_response(VALID, false).unwrap().unwrap(), b"body");
+        // A head split anywhere is simply not complete yet.
+        for cut in 0..VALID.iter().position(|&b| b == b'4').unwrap() {
+            assert!(
+                parse_head(&mut BytesMut::from(&VALID[..cut]), false)
+                    .unwrap()
+                    .is_none()
+            );
         }
     }
 
