@@ -171,6 +171,7 @@ impl IdentityHasher {
     }
 }
 
+#[derive(Clone)]
 pub struct IdentityBuilder {
     hasher: SipHasher13,
 }

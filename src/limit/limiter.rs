@@ -93,6 +93,9 @@ pub struct Limiter {
     pub rules: Vec<LimitRule>,
     pub plans: Option<Plans>,
     hasher: IdentityHasher,
+    /// Per rule, the identity hashed as far as the limit and its policy for requests without
+    /// a tier: the same for all of them, so it is hashed once here and cloned per request.
+    untiered: Box<[IdentityBuilder]>,
     stores: Stores,
 }
 
@@ -103,10 +106,16 @@ impl Limiter {
         hash_secret: Option<&str>,
         stores: Stores,
     ) -> Limiter {
+        let hasher = IdentityHasher::new(hash_secret);
+        let untiered = rules
+            .iter()
+            .map(|rule| policy_identity(&hasher, rule, "", &rule.windows))
+            .collect();
         Limiter {
             rules,
             plans,
-            hasher: IdentityHasher::new(hash_secret),
+            hasher,
+            untiered,
             stores,
         }
     }
@@ -151,7 +160,11 @@ impl Limiter {
             let Some(windows) = rule.windows_for(tier) else {
                 continue;
             };
-            let identity = match self.identity(rule, tier.unwrap_or(""), windows, facts) {
+            let builder = match tier {
+                None => self.untiered[index].clone(),
+                Some(tier) => policy_identity(&self.hasher, rule, tier, windows),
+            };
+            let identity = match identity(builder, rule, facts) {
                 Ok(Some(builder)) => builder.finish(),
                 Ok(None) => continue,
                 Err(part) => {
@@ -354,32 +367,6 @@ impl Limiter {
             .map(|t| TierName::Configured(t))
     }
 
-    /// The identity builder for `rule`; Ok(None) when a part is missing and the rule skips.
-    fn identity(
-        &self,
-        rule: &LimitRule,
-        tier: &str,
-        windows: &[Window],
-        facts: &RequestFacts<'_>,
-    ) -> Result<Option<IdentityBuilder>, String> {
-        let mut builder = self.hasher.start(&rule.name, tier);
-        let rates = windows
-            .iter()
-            .map(|w| (w.rate.limit, w.rate.per_ns(), w.rate.burst));
-        builder.add_policy(rule.algorithm.name(), rates);
-        for part in &rule.key {
-            match facts.value(part) {
-                Some(value) => builder.add(part, &value, false),
-                None => match rule.missing {
-                    Missing::Ip => builder.add(part, &PartValue::Ip(facts.client_ip), true),
-                    Missing::Skip => return Ok(None),
-                    Missing::Deny => return Err(part.describe()),
-                },
-            }
-        }
-        Ok(Some(builder))
-    }
-
     fn decide(
         &self,
         requests: &[WindowRequest],
@@ -444,6 +431,42 @@ impl Limiter {
             degraded,
         }
     }
+}
+
+/// The identity hashed as far as limit `rule` (for `tier`) and its policy: what the state of
+/// its windows means, so a limit whose rates change gets fresh state.
+fn policy_identity(
+    hasher: &IdentityHasher,
+    rule: &LimitRule,
+    tier: &str,
+    windows: &[Window],
+) -> IdentityBuilder {
+    let mut builder = hasher.start(&rule.name, tier);
+    let rates = windows
+        .iter()
+        .map(|w| (w.rate.limit, w.rate.per_ns(), w.rate.burst));
+    builder.add_policy(rule.algorithm.name(), rates);
+    builder
+}
+
+/// Completes `builder` with the request's key parts; Ok(None) when a part is missing and the
+/// rule skips, Err(part) when it denies.
+fn identity(
+    mut builder: IdentityBuilder,
+    rule: &LimitRule,
+    facts: &RequestFacts<'_>,
+) -> Result<Option<IdentityBuilder>, String> {
+    for part in &rule.key {
+        match facts.value(part) {
+            Some(value) => builder.add(part, &value, false),
+            None => match rule.missing {
+                Missing::Ip => builder.add(part, &PartValue::Ip(facts.client_ip), true),
+                Missing::Skip => return Ok(None),
+                Missing::Deny => return Err(part.describe()),
+            },
+        }
+    }
+    Ok(Some(builder))
 }
 
 /// A tier from the plans file (borrowed) or from the Redis hash (shared with its cache).
