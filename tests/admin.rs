@@ -141,6 +141,34 @@ async fn metrics_count_exactly_the_requests_sent_per_decision() {
 }
 
 #[tokio::test]
+async fn a_route_without_limits_adds_no_store_timings() {
+    let upstream = TestUpstream::ok("ok").await;
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n{}",
+        one_route_config(&[upstream.url()], "")
+    );
+    let gateway = TestGateway::start(&config).await;
+    for _ in 0..3 {
+        assert_eq!(get(&gateway.url("/open")).await.0.status(), StatusCode::OK);
+    }
+    let admin = format!("http://{}", gateway.admin_addr.unwrap());
+    let text = String::from_utf8(get(&format!("{admin}/metrics")).await.1.to_vec()).unwrap();
+    assert_eq!(
+        metric(&text, r#"rlp_requests_total{route="default",code="200"}"#),
+        3.0,
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            r#"rlp_store_duration_seconds_count{backend="memory"}"#
+        ),
+        0.0,
+        "{text}"
+    );
+}
+
+#[tokio::test]
 async fn health_readiness_config_and_reload_counts() {
     let upstream = TestUpstream::ok("ok").await;
     let (gateway, path) = TestGateway::start_in_dir("admin-config", &[], &config(&upstream)).await;

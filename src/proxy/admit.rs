@@ -68,12 +68,16 @@ pub async fn admit(
         query: request.uri().query(),
         headers: request.headers(),
     };
-    let deciding = std::time::Instant::now();
+    // A route without limits asks no store: nothing to time or record.
+    let timing = !route.limits.rules.is_empty();
+    let deciding = timing.then(std::time::Instant::now);
     let evaluated = runtime
         .limiter
         .evaluate(&route.limits, &facts, client.ip, now)
         .await;
-    record_store_call(runtime, &evaluated, deciding.elapsed());
+    if let Some(deciding) = deciding {
+        record_store_call(runtime, &evaluated, deciding.elapsed());
+    }
     match evaluated.decision {
         LimitDecision::NotLimited => Admission::Admitted {
             slot,
