@@ -1,0 +1,378 @@
+//! HTTP/1.1 to upstream servers, spoken in the request's own task: the request head is written,
+//! the request body streamed and the response read on one connection, with no connection task
+//! and no channels in between. hyper's client passed every request, response and body chunk
+//! through channels to a task of its own; that hop was about a third of the instructions of a
+//! proxied request (docs/PERFORMANCE.md).
+//!
+//! What comes back is checked as strictly as hyper did: a malformed or oversized head, a bad
+//! Content-Length or chunk line, or a body cut short is an error, and a connection is only
+//! reused after a response that was framed, read to its end and followed by nothing else.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker, ready};
+
+use bytes::{Bytes, BytesMut};
+use http::request::Parts;
+use http::{HeaderMap, Method, Response, StatusCode};
+use http_body::{Body, Frame};
+use tokio::io::AsyncWrite;
+use tokio::time::{Instant, Sleep};
+
+use super::headers::SetFields;
+use super::upstream::UpstreamBody;
+
+mod body;
+mod head;
+mod stream;
+
+pub use body::Framing;
+pub(crate) use head::encode_head;
+pub use stream::{Stream, TlsStream, Upgraded};
+
+use body::decode;
+use head::{encode_field, hex, parse_head};
+
+/// Longest response head (status line and fields), and longest trailer section, accepted.
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// First read size of a connection; doubles while reads fill it, up to `MAX_READ`.
+const FIRST_READ: usize = 8 * 1024;
+const MAX_READ: usize = 256 * 1024;
+/// Why an exchange with an upstream server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    #[error("connection error: {0}")]
+    Io(#[from] io::Error),
+    #[error("the connection closed before a complete response head")]
+    Closed,
+    #[error("malformed response head: {0}")]
+    MalformedHead(httparse::Error),
+    #[error("response head larger than {MAX_HEAD_BYTES} bytes")]
+    HeadTooLarge,
+    #[error("invalid response framing: {0}")]
+    Framing(&'static str),
+    #[error("the connection closed before the end of the response body")]
+    BodyCut,
+    #[error("no response head before the response timeout")]
+    TimedOut,
+    #[error("101 Switching Protocols to a request that asked for no upgrade")]
+    UnexpectedUpgrade,
+    #[error("reading the client's request body failed: {0}")]
+    ClientBody(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl ExchangeError {
+    /// True when the upstream closed or reset the connection before answering anything: on a
+    /// reused connection, most likely it closed it while idle and never saw the request.
+    pub fn is_close_before_answer(&self) -> bool {
+        match self {
+            ExchangeError::Closed => true,
+            ExchangeError::Io(error) => matches!(
+                error.kind(),
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::ConnectionAborted
+            ),
+            _ => false,
+        }
+    }
+}
+/// The response head, and how its body is read.
+pub struct ResponseHead {
+    pub response: Response<()>,
+    pub framing: Framing,
+    /// The connection may carry another request once the body is read.
+    pub keep_alive: bool,
+}
+
+#[derive(Debug)]
+enum Upload {
+    Sending,
+    Done,
+    /// The upstream stopped taking the request body (it may still answer).
+    Failed(io::Error),
+}
+
+/// One connection: its stream, buffers, and the request body it is still sending.
+pub struct Connection {
+    stream: Stream,
+    read_buf: BytesMut,
+    read_size: usize,
+    /// Bytes to write: the request head, then each body frame in its framing.
+    write_buf: Vec<u8>,
+    written: usize,
+    flushed: bool,
+    body: Option<UpstreamBody>,
+    chunked: bool,
+    upload: Upload,
+    /// The current exchange's deadline for the response head. One timer for the connection's
+    /// life: moving it later is an atomic store while it is armed, where a timer per request
+    /// took a lock to enter tokio's timer wheel and another to leave it.
+    deadline: Pin<Box<Sleep>>,
+}
+
+impl Connection {
+    /// Must be called within the runtime whose requests will use the connection.
+    pub fn new(stream: Stream) -> Connection {
+        Connection {
+            deadline: Box::pin(tokio::time::sleep_until(Instant::now())),
+            stream,
+            read_buf: BytesMut::new(),
+            read_size: FIRST_READ,
+            write_buf: Vec::with_capacity(1024),
+            written: 0,
+            flushed: true,
+            body: None,
+            chunked: false,
+            upload: Upload::Done,
+        }
+    }
+
+    /// False when the upstream closed the connection (or sent bytes nobody asked for) while
+    /// it was idle. No system call in the usual case: tokio knows whether the socket became
+    /// readable since it was last read to the end.
+    pub fn is_open(&mut self) -> bool {
+        if let Stream::Plain(tcp) = &self.stream {
+            // Any byte read here means the connection is not reused anyway.
+            let open = tcp.try_read(&mut [0u8; 1]);
+            return matches!(open, Err(error) if error.kind() == io::ErrorKind::WouldBlock);
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        self.poll_read_more(&mut cx).is_pending()
+    }
+
+    /// True after a complete exchange: the request sent, and nothing read beyond the response.
+    pub fn is_idle(&self) -> bool {
+        self.read_buf.is_empty() && matches!(self.upload, Upload::Done)
+    }
+
+    /// True while the request body is still being sent.
+    pub fn is_uploading(&self) -> bool {
+        matches!(self.upload, Upload::Sending)
+    }
+
+    /// Sends the request and reads the response head, which must come by `deadline`; 1xx
+    /// answers other than 101 are skipped.
+    pub async fn exchange(
+        &mut self,
+        parts: &Parts,
+        set: &SetFields,
+        body: UpstreamBody,
+        deadline: Instant,
+    ) -> Result<ResponseHead, ExchangeError> {
+        self.deadline.as_mut().reset(deadline);
+        self.start(parts, set, body);
+        let wants_upgrade = set.upgrade.is_some();
+        let head_request = parts.method == Method::HEAD;
+        std::future::poll_fn(|cx| self.poll_head(cx, head_request, wants_upgrade)).await
+    }
+
+    /// Encodes the request head; the body goes out as the exchange is polled.
+    fn start(&mut self, parts: &Parts, set: &SetFields, body: UpstreamBody) {
+        let length = if body.is_end_stream() {
+            None
+        } else {
+            Some(body.size_hint().exact())
+        };
+        self.write_buf.clear();
+        self.written = 0;
+        encode_head(&mut self.write_buf, parts, set, length);
+        self.flushed = false;
+        self.chunked = matches!(length, Some(None));
+        self.body = length.is_some().then_some(body);
+        self.upload = Upload::Sending;
+    }
+
+    fn poll_head(
+        &mut self,
+        cx: &mut Context<'_>,
+        head_request: bool,
+        wants_upgrade: bool,
+    ) -> Poll<Result<ResponseHead, ExchangeError>> {
+        loop {
+            // An upstream may answer before the whole body is sent; both go on together.
+            self.drive_upload(cx)?;
+            if let Some(head) = parse_head(&mut self.read_buf, head_request)? {
+                let status = head.response.status();
+                if status == StatusCode::SWITCHING_PROTOCOLS && !wants_upgrade {
+                    return Poll::Ready(Err(ExchangeError::UnexpectedUpgrade));
+                }
+                if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+                    continue;
+                }
+                return Poll::Ready(Ok(head));
+            }
+            if self.read_buf.len() >= MAX_HEAD_BYTES {
+                return Poll::Ready(Err(ExchangeError::HeadTooLarge));
+            }
+            let Poll::Ready(read) = self.poll_read_more(cx) else {
+                return match self.deadline.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Err(ExchangeError::TimedOut)),
+                    Poll::Pending => Poll::Pending,
+                };
+            };
+            if read? == 0 {
+                return Poll::Ready(Err(
+                    match std::mem::replace(&mut self.upload, Upload::Done) {
+                        // Why the upstream stopped reading says more than the close itself.
+                        Upload::Failed(error) => ExchangeError::Io(error),
+                        _ => ExchangeError::Closed,
+                    },
+                ));
+            }
+        }
+    }
+
+    /// Sends what it can of the request without waiting. A write failure does not end the
+    /// exchange (the upstream may have answered early and stopped reading); the client's
+    /// body failing does.
+    fn drive_upload(&mut self, cx: &mut Context<'_>) -> Result<(), ExchangeError> {
+        if !matches!(self.upload, Upload::Sending) {
+            return Ok(());
+        }
+        match self.poll_upload(cx) {
+            Poll::Ready(Ok(())) => self.upload = Upload::Done,
+            Poll::Ready(Err(ExchangeError::Io(error))) => {
+                self.body = None;
+                self.upload = Upload::Failed(error);
+            }
+            Poll::Ready(Err(error)) => {
+                // The upstream got part of a body: the connection must not carry another.
+                self.upload = Upload::Failed(io::Error::other("the client's body failed"));
+                return Err(error);
+            }
+            Poll::Pending => {}
+        }
+        Ok(())
+    }
+
+    /// Writes the pending bytes, then the body frame by frame; ready once all is sent.
+    fn poll_upload(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ExchangeError>> {
+        loop {
+            while self.written < self.write_buf.len() {
+                let pending = &self.write_buf[self.written..];
+                let n = ready!(Pin::new(&mut self.stream).poll_write(cx, pending))?;
+                if n == 0 {
+                    return Poll::Ready(Err(io::Error::from(io::ErrorKind::WriteZero).into()));
+                }
+                self.written += n;
+            }
+            self.write_buf.clear();
+            self.written = 0;
+            if !self.flushed {
+                ready!(Pin::new(&mut self.stream).poll_flush(cx))?;
+                self.flushed = true;
+            }
+            let Some(body) = self.body.as_mut() else {
+                return Poll::Ready(Ok(()));
+            };
+            match ready!(Pin::new(body).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => self.encode_data(&data),
+                    Err(frame) => {
+                        if let Ok(trailers) = frame.into_trailers() {
+                            self.encode_end(Some(&trailers));
+                        }
+                    }
+                },
+                Some(Err(error)) => {
+                    self.body = None;
+                    return Poll::Ready(Err(ExchangeError::ClientBody(error)));
+                }
+                None => self.encode_end(None),
+            }
+        }
+    }
+
+    fn encode_data(&mut self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        if self.chunked {
+            let mut size = [0u8; 16];
+            self.write_buf.extend_from_slice(hex(data.len(), &mut size));
+            self.write_buf.extend_from_slice(b"\r\n");
+            self.write_buf.extend_from_slice(data);
+            self.write_buf.extend_from_slice(b"\r\n");
+        } else {
+            self.write_buf.extend_from_slice(data);
+        }
+        self.flushed = false;
+    }
+
+    /// The body ended (with trailers, which only a chunked body can carry).
+    fn encode_end(&mut self, trailers: Option<&HeaderMap>) {
+        if self.chunked {
+            self.write_buf.extend_from_slice(b"0\r\n");
+            for (name, value) in trailers.into_iter().flatten() {
+                encode_field(&mut self.write_buf, name.as_str(), value.as_bytes());
+            }
+            self.write_buf.extend_from_slice(b"\r\n");
+            self.flushed = false;
+        }
+        self.body = None;
+    }
+
+    /// Finishes sending the request body after the response has been read; ready with
+    /// whether the connection can be reused.
+    pub fn poll_finish_upload(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
+        while matches!(self.upload, Upload::Sending) {
+            if self.drive_upload(cx).is_err() {
+                return Poll::Ready(false);
+            }
+            if matches!(self.upload, Upload::Sending) {
+                return Poll::Pending;
+            }
+        }
+        Poll::Ready(self.is_idle())
+    }
+
+    fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        if self.read_buf.capacity() - self.read_buf.len() < self.read_size / 2 {
+            self.read_buf.reserve(self.read_size);
+        }
+        let room = self.read_buf.capacity() - self.read_buf.len();
+        let n = ready!(tokio_util::io::poll_read_buf(
+            Pin::new(&mut self.stream),
+            cx,
+            &mut self.read_buf
+        ))?;
+        if n == room && self.read_size < MAX_READ {
+            self.read_size *= 2;
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    /// The next piece of the response body: a data or trailers frame, `None` at its end.
+    pub fn poll_frame(
+        &mut self,
+        framing: &mut Framing,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
+        loop {
+            self.drive_upload(cx).ok();
+            if let Some(frame) = decode(framing, &mut self.read_buf).transpose() {
+                return Poll::Ready(Some(frame));
+            }
+            if *framing == Framing::Done {
+                return Poll::Ready(None);
+            }
+            if ready!(self.poll_read_more(cx))? == 0 {
+                if *framing == Framing::UntilClose {
+                    *framing = Framing::Done;
+                    return Poll::Ready(None);
+                }
+                return Poll::Ready(Some(Err(ExchangeError::BodyCut)));
+            }
+        }
+    }
+
+    /// The connection as a byte stream for the protocol a 101 switched to; the bytes the
+    /// upstream sent after the 101 come first.
+    pub fn into_upgraded(self) -> Upgraded {
+        Upgraded {
+            stream: self.stream,
+            early: self.read_buf.freeze(),
+        }
+    }
+}
