@@ -460,3 +460,20 @@ async fn the_response_timeout_holds_on_a_reused_connection_and_a_fresh_one() {
     }
     assert_eq!(upstream.accepted(), 3);
 }
+
+#[tokio::test]
+async fn a_pooled_connection_closed_halfway_through_an_answer_is_not_retried() {
+    // The upstream began answering, so it saw the request: even a GET is not sent again.
+    let upstream = ScriptedUpstream::start(|request| match request.on_connection {
+        0 => Answer::Send(bytes("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")),
+        _ => Answer::SendAndClose(bytes("HTTP/1.1 200 OK\r\ncontent-le")),
+    })
+    .await;
+    let gateway = gateway_for(&upstream).await;
+    assert_eq!(get(&gateway.url("/first")).await.0.status(), StatusCode::OK);
+    let (response, body) = get(&gateway.url("/again")).await;
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    problem(&response, &body);
+    assert_eq!(upstream.accepted(), 1);
+    assert_eq!(upstream.received().len(), 2);
+}

@@ -38,6 +38,7 @@ const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// First read size of a connection; doubles while reads fill it, up to `MAX_READ`.
 const FIRST_READ: usize = 8 * 1024;
 const MAX_READ: usize = 256 * 1024;
+
 /// Why an exchange with an upstream server failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ExchangeError {
@@ -77,6 +78,7 @@ impl ExchangeError {
         }
     }
 }
+
 /// The response head, and how its body is read.
 pub struct ResponseHead {
     pub response: Response<()>,
@@ -212,6 +214,12 @@ impl Connection {
                 };
             };
             if read? == 0 {
+                if !self.read_buf.is_empty() {
+                    // Part of an answer came: not a connection closed before the request.
+                    return Poll::Ready(Err(ExchangeError::Framing(
+                        "the connection closed inside the response head",
+                    )));
+                }
                 return Poll::Ready(Err(
                     match std::mem::replace(&mut self.upload, Upload::Done) {
                         // Why the upstream stopped reading says more than the close itself.
