@@ -11,7 +11,8 @@ pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-p
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
-const HOP_BY_HOP: [HeaderName; 6] = [
+// A static, not a const: a const array is built and dropped again at every use.
+static HOP_BY_HOP: [HeaderName; 6] = [
     CONNECTION,
     KEEP_ALIVE,
     TE,
@@ -23,9 +24,7 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 /// Removes Connection and every header it names, the fixed hop-by-hop set, and `Proxy-*`.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none: one pass over the names instead of a removal per name.
-    let any = headers
-        .keys()
-        .any(|name| HOP_BY_HOP.contains(name) || name.as_str().starts_with("proxy-"));
+    let any = headers.keys().any(is_hop_by_hop);
     if !any {
         return;
     }
@@ -52,6 +51,16 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
             headers.remove(name);
         }
     }
+}
+
+/// The fixed hop-by-hop set or `Proxy-*`, by one look at the name (most names differ from
+/// all of them in length alone).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    matches!(
+        name,
+        "connection" | "keep-alive" | "te" | "trailer" | "transfer-encoding" | "upgrade"
+    ) || name.starts_with("proxy-")
 }
 
 /// True when the request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
