@@ -232,8 +232,8 @@ async fn sni_picks_the_certificate_and_unknown_names_get_the_default() {
     );
 }
 
-/// An HTTPS upstream whose certificate (for upstream.test) is signed by `ca`.
-async fn https_upstream(ca: &TestCa) -> SocketAddr {
+/// A TLS acceptor with a certificate for upstream.test signed by `ca`.
+fn upstream_acceptor(ca: &TestCa) -> TlsAcceptor {
     let leaf = ca.leaf(&["upstream.test"], None);
     let key = rustls::pki_types::PrivateKeyDer::try_from(
         KeyPair::from_pem(&leaf.key_pem).unwrap().serialize_der(),
@@ -246,7 +246,73 @@ async fn https_upstream(ca: &TestCa) -> SocketAddr {
         .with_no_client_auth()
         .with_single_cert(vec![leaf.der.clone()], key)
         .unwrap();
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    TlsAcceptor::from(Arc::new(config))
+}
+
+/// A hand-written HTTPS upstream that answers each request "ok" (after reading its
+/// Content-Length body) and, with `close_when_idle`, ends each connection (close_notify, then
+/// FIN) a moment after one answer without saying so. Returns its address and accept count.
+async fn raw_https_upstream(
+    ca: &TestCa,
+    close_when_idle: bool,
+) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let acceptor = upstream_acceptor(ca);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counting = accepted.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            counting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut buffer = Vec::new();
+                loop {
+                    let head_end = loop {
+                        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|line| line.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    while buffer.len() < head_end + length {
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buffer.drain(..head_end + length);
+                    let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    if stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                    if close_when_idle {
+                        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+                        let _ = stream.shutdown().await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+/// An HTTPS upstream whose certificate (for upstream.test) is signed by `ca`.
+async fn https_upstream(ca: &TestCa) -> SocketAddr {
+    let acceptor = upstream_acceptor(ca);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -460,4 +526,30 @@ fn check_refuses_missing_mismatched_expired_and_empty_certificates_and_warns_on_
         text.contains("warning:") && text.contains("expires in"),
         "{text}"
     );
+}
+
+#[tokio::test]
+async fn https_upstream_connections_are_reused_and_one_closed_while_idle_is_not() {
+    let ca = TestCa::new("upstream CA");
+    for close_when_idle in [false, true] {
+        let (upstream, accepted) = raw_https_upstream(&ca, close_when_idle).await;
+        let text = format!(
+            "workers = 1\n[[upstreams]]\nname = \"api\"\nservers = [\"https://{upstream}\"]\nca_file = \"ca.pem\"\nsni = \"upstream.test\"\n[[routes]]\nname = \"default\"\nupstream = \"api\"\n"
+        );
+        let dir = format!("tls-upstream-reuse-{close_when_idle}");
+        let (gateway, _) = TestGateway::start_in_dir(&dir, &[("ca.pem", &ca.pem())], &text).await;
+        for round in 0..3 {
+            // A POST is never sent twice: it succeeds only on a connection known to be open.
+            let post = Request::post(gateway.url("/")).body(full("x")).unwrap();
+            let (response, body) = send(post).await;
+            assert_eq!(
+                (response.status(), &body[..]),
+                (StatusCode::OK, &b"ok"[..]),
+                "round {round}, close_when_idle {close_when_idle}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        }
+        let expected = if close_when_idle { 3 } else { 1 };
+        assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), expected);
+    }
 }
