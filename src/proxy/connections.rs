@@ -220,7 +220,8 @@ impl IdleList {
         }
     }
 
-    fn push(&self, connection: Box<Connection>) {
+    fn push(&self, mut connection: Box<Connection>) {
+        connection.release_buffers();
         let now = Instant::now();
         let mut idle = self.lock();
         while idle

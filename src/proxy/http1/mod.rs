@@ -38,6 +38,8 @@ const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// First read size of a connection; doubles while reads fill it, up to `MAX_READ`.
 const FIRST_READ: usize = 8 * 1024;
 const MAX_READ: usize = 256 * 1024;
+/// Room for a request head, kept while a connection is idle.
+const IDLE_WRITE_BUFFER: usize = 1024;
 
 /// Why an exchange with an upstream server failed.
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +123,7 @@ impl Connection {
             stream,
             read_buf: BytesMut::new(),
             read_size: FIRST_READ,
-            write_buf: Vec::with_capacity(1024),
+            write_buf: Vec::with_capacity(IDLE_WRITE_BUFFER),
             written: 0,
             flushed: true,
             body: None,
@@ -146,6 +148,16 @@ impl Connection {
     /// True after a complete exchange: the request sent, and nothing read beyond the response.
     pub fn is_idle(&self) -> bool {
         self.read_buf.is_empty() && matches!(self.upload, Upload::Done)
+    }
+
+    /// Lets go of buffers a large exchange grew, before the connection waits in the pool: up to
+    /// 1024 idle connections per server and worker must not each hold a quarter megabyte.
+    pub fn release_buffers(&mut self) {
+        if self.read_buf.capacity() > 2 * FIRST_READ {
+            self.read_buf = BytesMut::new();
+        }
+        self.read_size = FIRST_READ;
+        self.write_buf.shrink_to(IDLE_WRITE_BUFFER);
     }
 
     /// True while the request body is still being sent.
@@ -382,5 +394,67 @@ impl Connection {
             stream: self.stream,
             early: self.read_buf.freeze(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn connected() -> (Connection, tokio::net::TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, listener.accept());
+        (
+            Connection::new(Stream::Plain(client.unwrap())),
+            accepted.unwrap().0,
+        )
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_keeps_small_buffers_only() {
+        let (mut connection, _peer) = connected().await;
+        connection.read_buf.reserve(MAX_READ);
+        connection.read_size = MAX_READ;
+        connection.write_buf.reserve(100 * 1024);
+        connection.release_buffers();
+        assert!(connection.read_buf.capacity() <= 2 * FIRST_READ);
+        assert_eq!(connection.read_size, FIRST_READ);
+        assert!(connection.write_buf.capacity() <= 2 * IDLE_WRITE_BUFFER);
+        // An ordinary exchange's buffers are kept for the next one.
+        connection.read_buf.reserve(FIRST_READ);
+        let kept = connection.read_buf.capacity();
+        connection.release_buffers();
+        assert_eq!(connection.read_buf.capacity(), kept);
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_the_peer_closed_or_wrote_to_is_not_open() {
+        let (mut connection, peer) = connected().await;
+        assert!(connection.is_open());
+        drop(peer);
+        // The close reaches the socket's readiness once the runtime has polled the reactor.
+        let mut open = true;
+        for _ in 0..100 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            open = connection.is_open();
+            if !open {
+                break;
+            }
+        }
+        assert!(!open);
+        let (mut connection, mut peer) = connected().await;
+        tokio::io::AsyncWriteExt::write_all(&mut peer, b"unasked")
+            .await
+            .unwrap();
+        let mut open = true;
+        for _ in 0..100 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            open = connection.is_open();
+            if !open {
+                break;
+            }
+        }
+        assert!(!open);
     }
 }
