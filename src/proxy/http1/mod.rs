@@ -28,7 +28,7 @@ mod stream;
 
 pub use body::Framing;
 pub(crate) use head::encode_head;
-pub use stream::{Stream, TlsStream, Upgraded};
+pub use stream::{Stream, Upgraded};
 
 use body::decode;
 use head::{encode_field, hex, parse_head};
