@@ -116,10 +116,7 @@ impl Connections {
     ) -> Result<Response<PooledBody>, SendError> {
         let idle = self.idle_list(server);
         let (parts, mut body) = request.into_parts();
-        let wants_upgrade = set.upgrade.is_some();
-        // Only such a request can go again when its pooled connection turns out closed: the
-        // upstream may have seen it, and a streamed body cannot be sent twice.
-        let replayable = body.is_end_stream() && is_idempotent(&parts.method) && !wants_upgrade;
+        let replayable = may_send_again(&parts.method, &body, set.upgrade.is_some());
         while let Some(mut connection) = idle.take_open() {
             match connection.exchange(&parts, &set, body, deadline).await {
                 Ok(head) => return Ok(pooled(head, connection, idle)),
@@ -170,12 +167,15 @@ impl Connections {
     }
 }
 
-/// RFC 9110 §9.2.2: safe to send again when the first attempt's fate is unknown.
-pub fn is_idempotent(method: &Method) -> bool {
-    matches!(
+/// True for a request that may be sent a second time when the first attempt's fate is unknown
+/// (its connection refused, or closed under it before any answer): idempotent (RFC 9110
+/// §9.2.2), no upgrade, and no body, since a streamed body cannot be sent twice.
+pub fn may_send_again(method: &Method, body: &impl Body, upgrade: bool) -> bool {
+    let idempotent = matches!(
         *method,
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
-    )
+    );
+    idempotent && !upgrade && body.is_end_stream()
 }
 
 /// Closes the expired idle connections of every pool a few times per `IDLE_TIMEOUT`, so

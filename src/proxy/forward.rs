@@ -5,13 +5,12 @@
 use http::header::UPGRADE;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
-use http_body::Body as _;
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
-use super::connections::{PooledBody, SendError, is_idempotent};
+use super::connections::{PooledBody, SendError, may_send_again};
 use super::headers::{self, Forwarded, SetFields};
 use super::http1::Upgraded;
 use super::upstream::{UpstreamBody, UpstreamPool};
@@ -37,8 +36,7 @@ pub async fn forward<'r>(
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let retryable =
-        client_upgrade.is_none() && is_idempotent(&parts.method) && body.is_end_stream();
+    let retryable = may_send_again(&parts.method, &body, client_upgrade.is_some());
     // Only a retryable request needs its fields kept for a second attempt.
     let retry_fields =
         (retryable && pool.servers.len() > 1).then(|| (parts.headers.clone(), set.clone()));

@@ -65,13 +65,17 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 
 /// True when the request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
 pub fn wants_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(UPGRADE)
-        && headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|list| list.split(','))
-            .any(|token| token.trim().eq_ignore_ascii_case("upgrade"))
+    headers.contains_key(UPGRADE) && connection_has(headers, "upgrade")
+}
+
+/// True when a `Connection` field lists `token` (case-insensitive, over every line).
+pub fn connection_has(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|list| list.split(','))
+        .any(|item| item.trim().eq_ignore_ascii_case(token))
 }
 
 /// Who asked, for the upstream's eyes.

@@ -12,7 +12,7 @@ use smallvec::SmallVec;
 
 use super::body::{Chunk, Framing};
 use super::{ExchangeError, MAX_HEAD_BYTES, ResponseHead};
-use crate::proxy::headers::SetFields;
+use crate::proxy::headers::{SetFields, connection_has};
 
 /// Most fields in one response head.
 const MAX_HEADERS: usize = 128;
@@ -146,18 +146,10 @@ pub(super) fn hex(mut n: usize, out: &mut [u8; 16]) -> &[u8] {
 
 /// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 only when asked to keep it.
 fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    let has = |token: &str| {
-        headers
-            .get_all(CONNECTION)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|list| list.split(','))
-            .any(|item| item.trim().eq_ignore_ascii_case(token))
-    };
     if version == Version::HTTP_10 {
-        has("keep-alive")
+        connection_has(headers, "keep-alive")
     } else {
-        !headers.contains_key(CONNECTION) || !has("close")
+        !headers.contains_key(CONNECTION) || !connection_has(headers, "close")
     }
 }
 
