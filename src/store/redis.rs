@@ -40,6 +40,9 @@ pub const SCRIPT: &str = concat!(
 /// Lua numbers are doubles: integers are exact below 2^53.
 pub const EXACT_LIMIT: u64 = 1 << 53;
 
+/// Nine doubles per window (`push_window_parameters`).
+const WINDOW_PARAMETER_BYTES: usize = 9 * 8;
+
 const BREAKER_FAILURES: u32 = 5;
 const BREAKER_OPEN_FOR: Duration = Duration::from_secs(1);
 const DENIED_CAPACITY: usize = 100_000;
@@ -304,11 +307,11 @@ impl RedisStore {
             Some(ns) => command.arg(ns / 1000),
             None => command.arg(""),
         };
-        let mut window = Vec::with_capacity(64);
+        let mut parameters = Vec::with_capacity(WINDOW_PARAMETER_BYTES * requests.len());
         for request in requests {
-            window_argument(&mut window, request);
-            command.arg(window.as_slice());
+            push_window_parameters(&mut parameters, request);
         }
+        command.arg(parameters);
         let connection = self.connection().await?;
         let reply: Vec<u8> = match query(connection, &command).await {
             Err(error)
@@ -403,9 +406,10 @@ async fn query<T: redis::FromRedisValue>(
     }
 }
 
-/// A window's nine numbers in one argument, separated by spaces, as `check.lua` reads them.
-/// Times go in whole microseconds.
-fn window_argument(out: &mut Vec<u8>, request: &WindowRequest) {
+/// A window's nine numbers, as `check.lua` reads them: little-endian doubles (exact, every
+/// number being a whole number below 2^53 or, for an unbounded max_delay, merely huge), times
+/// in whole microseconds.
+fn push_window_parameters(out: &mut Vec<u8>, request: &WindowRequest) {
     let rate = &request.rate;
     let max_delay_us = u64::try_from(request.max_delay.as_micros()).unwrap_or(u64::MAX);
     let numbers = [
@@ -419,13 +423,8 @@ fn window_argument(out: &mut Vec<u8>, request: &WindowRequest) {
         request.cost,
         max_delay_us,
     ];
-    out.clear();
-    let mut digits = itoa::Buffer::new();
-    for (i, number) in numbers.into_iter().enumerate() {
-        if i > 0 {
-            out.push(b' ');
-        }
-        out.extend_from_slice(digits.format(number).as_bytes());
+    for number in numbers {
+        out.extend_from_slice(&(number as f64).to_le_bytes());
     }
 }
 
@@ -610,7 +609,7 @@ mod tests {
     }
 
     #[test]
-    fn a_window_is_one_argument_of_nine_numbers() {
+    fn a_window_is_nine_little_endian_doubles() {
         let request = WindowRequest {
             identity: 1,
             limit_identity: 1,
@@ -626,8 +625,16 @@ mod tests {
             window: 0,
             shadow: true,
         };
-        let mut argument = Vec::new();
-        window_argument(&mut argument, &request);
-        assert_eq!(argument, b"2 7 1 10 1000000 100000 20 3 250000");
+        let mut parameters = vec![1];
+        push_window_parameters(&mut parameters, &request);
+        let numbers: Vec<f64> = parameters[1..]
+            .chunks_exact(8)
+            .map(|bytes| f64::from_le_bytes(bytes.try_into().unwrap()))
+            .collect();
+        assert_eq!(parameters[0], 1, "appends to what is there");
+        assert_eq!(
+            numbers,
+            [2.0, 7.0, 1.0, 10.0, 1e6, 1e5, 20.0, 3.0, 250_000.0]
+        );
     }
 }

@@ -2,13 +2,13 @@
 -- all-or-nothing (see groups_to_commit in src/store/mod.rs).
 --
 -- KEYS: one per window. ARGV[1]: now in µs, or '' for the server's TIME (tests pass it to
--- compare with the Rust algorithms). Then one argument per window, nine whole numbers
--- separated by spaces: algorithm (1 token_bucket, 2 gcra, 3 sliding_window, 4 fixed_window,
--- 5 sliding_log), group, shadow (0/1), limit, per (µs), interval (µs per token), burst, cost,
+-- compare with the Rust algorithms). ARGV[2]: nine little-endian doubles per window, all whole
+-- numbers: algorithm (1 token_bucket, 2 gcra, 3 sliding_window, 4 fixed_window, 5
+-- sliding_log), group, shadow (0/1), limit, per (µs), interval (µs per token), burst, cost,
 -- max_delay (µs).
 -- Reply: one string of 4 little-endian doubles per window (Redis's `struct` library): allowed
--- (0/1), remaining, reset (µs), wait (µs). One argument and one string instead of 9 and 4
--- values a window: the gateway's Redis client spends more per element than per byte.
+-- (0/1), remaining, reset (µs), wait (µs). Binary numbers both ways: the gateway's Redis
+-- client spends more per element than per byte, and neither side formats or parses text.
 if redis.replicate_commands then
   redis.replicate_commands()
 end
@@ -24,62 +24,72 @@ end
 local checks = { check_token_bucket, check_gcra, check_sliding_window, check_fixed_window,
   check_sliding_log }
 local SLIDING_LOG = 5
+local windows = #KEYS
 
-if #KEYS == 0 then
+if windows == 0 then
   return ''
 end
--- One read for every window (a sliding log's sorted set reads as nil here).
+local parameters = ARGV[2]
+if #parameters ~= 8 * WINDOW_NUMBERS * windows then
+  return redis.error_reply('ERR window parameters of ' .. #parameters .. ' bytes for '
+    .. windows .. ' windows')
+end
+-- p: every window's numbers in a row, a window's starting after `at = 9 * (i - 1)`.
+local p = {}
+local WINDOW_FORMAT = '<' .. string.rep('d', WINDOW_NUMBERS)
+for i = 1, windows do
+  local at = WINDOW_NUMBERS * (i - 1)
+  p[at + 1], p[at + 2], p[at + 3], p[at + 4], p[at + 5], p[at + 6], p[at + 7], p[at + 8],
+    p[at + 9] = struct.unpack(WINDOW_FORMAT, parameters, 8 * at + 1)
+end
+
+-- One read for every window (a sliding log's sorted set reads as false here). The reply is
+-- filled as the windows are checked; states and ttls wait for the all-or-nothing decision.
 local values = redis.call('MGET', unpack(KEYS))
-local windows, results, group_allows = {}, {}, {}
-local WINDOW = '^(%d) (%d+) ([01]) (%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$'
-for i = 1, #KEYS do
-  local algorithm, group, shadow, limit, per, interval, burst, cost, max_delay =
-    string.match(ARGV[i + 1], WINDOW)
-  if not algorithm then
-    return redis.error_reply('ERR malformed window argument ' .. i)
+local reply, states, ttls, group_allows = {}, {}, {}, {}
+for i = 1, windows do
+  local at = WINDOW_NUMBERS * (i - 1)
+  local algorithm = p[at + ALGORITHM]
+  local check = checks[algorithm]
+  if not check then
+    return redis.error_reply('ERR unknown algorithm ' .. algorithm .. ' in window ' .. i)
   end
-  local w = {
-    algorithm = tonumber(algorithm),
-    group = group,
-    shadow = shadow == '1',
-    limit = tonumber(limit),
-    per = tonumber(per),
-    interval = tonumber(interval),
-    burst = tonumber(burst),
-    cost = tonumber(cost),
-    max_delay = tonumber(max_delay),
-  }
-  local input = values[i]
-  if w.algorithm == SLIDING_LOG then
+  local input
+  if algorithm == SLIDING_LOG then
     input = KEYS[i]
+  else
+    input = values[i] and tonumber(values[i])
   end
-  local result = checks[w.algorithm](input, now, w)
-  windows[i], results[i] = w, result
-  group_allows[w.group] = (group_allows[w.group] ~= false) and result[1]
+  local allowed, remaining, reset, wait, state, ttl = check(input, now, p, at)
+  local group = p[at + GROUP]
+  group_allows[group] = (group_allows[group] ~= false) and allowed
+  local r = 4 * (i - 1)
+  reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4] = allowed and 1 or 0, remaining, reset,
+    wait
+  states[i], ttls[i] = state, ttl
 end
 
 local enforced_allow = true
-for i = 1, #KEYS do
-  if not windows[i].shadow and not group_allows[windows[i].group] then
+for i = 1, windows do
+  local at = WINDOW_NUMBERS * (i - 1)
+  if p[at + SHADOW] == 0 and not group_allows[p[at + GROUP]] then
     enforced_allow = false
   end
 end
 
-local reply = {}
-for i = 1, #KEYS do
-  local w, result = windows[i], results[i]
-  if enforced_allow and group_allows[w.group] then
-    -- Whole again after the reset: the key goes with it (rounded up to whole ms).
-    local ttl_ms = math.max(math.ceil(result[6] / 1000), 1)
-    if w.algorithm == SLIDING_LOG then
-      commit_sliding_log(KEYS[i], now, w)
-      redis.call('PEXPIRE', KEYS[i], ttl_ms)
-    else
-      redis.call('SET', KEYS[i], result[5], 'PX', ttl_ms)
+if enforced_allow then
+  for i = 1, windows do
+    local at = WINDOW_NUMBERS * (i - 1)
+    if group_allows[p[at + GROUP]] then
+      -- Whole again after the reset: the key goes with it (rounded up to whole ms).
+      local ttl_ms = math.max(math.ceil(ttls[i] / 1000), 1)
+      if p[at + ALGORITHM] == SLIDING_LOG then
+        commit_sliding_log(KEYS[i], now, p, at)
+        redis.call('PEXPIRE', KEYS[i], ttl_ms)
+      else
+        redis.call('SET', KEYS[i], states[i], 'PX', ttl_ms)
+      end
     end
   end
-  local at = 4 * (i - 1)
-  reply[at + 1], reply[at + 2] = result[1] and 1 or 0, result[2]
-  reply[at + 3], reply[at + 4] = result[3], result[4]
 end
-return struct.pack('<' .. string.rep('d', #reply), unpack(reply))
+return struct.pack('<' .. string.rep('d', 4 * windows), unpack(reply))

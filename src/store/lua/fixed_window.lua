@@ -1,24 +1,20 @@
 -- fixed_window: the count of the current calendar window. Mirrors src/limit/fixed_window.rs.
--- Stored as (window index mod 2^20, count < 2^33): the key expires when its window ends, so
--- a state 2^20 windows old never exists to be mistaken for the current one.
-local FIXED_FIELDS = { 20, 33 }
+-- Stored as tag * 2^33 + count (tag: the window index mod 2^20, count < 2^33): the key expires
+-- when its window ends, so a state 2^20 windows old never exists to be mistaken for the
+-- current one.
+local FIXED_TAGS, FIXED_COUNTS = 2 ^ 20, 2 ^ 33
 
-local function check_fixed_window(value, now, w)
-  local per = w.per
+local function check_fixed_window(state, now, p, at)
+  local per, limit, cost = p[at + PER], p[at + LIMIT], p[at + COST]
   local index = floor(now / per)
-  local tag = index % 2 ^ 20
+  local tag = index % FIXED_TAGS
   local count = 0
-  local state = stored(value)
-  if state then
-    local fields = unpack_fields(state, FIXED_FIELDS)
-    if fields[1] == tag then
-      count = fields[2]
-    end
+  if state and floor(state / FIXED_COUNTS) % FIXED_TAGS == tag then
+    count = state % FIXED_COUNTS
   end
   local reset = (index + 1) * per - now
-  if count + w.cost > w.limit then
-    return deny(math.max(w.limit - count, 0), reset, reset)
+  if count + cost > limit then
+    return false, math.max(limit - count, 0), reset, reset
   end
-  return allow(w.limit - count - w.cost, reset, 0,
-    int(pack_fields({ tag, count + w.cost }, FIXED_FIELDS)), reset)
+  return true, limit - count - cost, reset, 0, int(tag * FIXED_COUNTS + count + cost), reset
 end

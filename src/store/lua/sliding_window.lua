@@ -1,8 +1,9 @@
 -- sliding_window: the previous and current calendar counts, the previous one weighted by how
 -- much of it still overlaps the sliding window. Mirrors src/limit/sliding_window.rs.
--- Stored as (window index mod 2^7, previous < 2^23, current < 2^23): the key expires two
--- windows after its last write, so an index 128 windows old never exists to be misread.
-local SLIDING_FIELDS = { 7, 23, 23 }
+-- Stored as (tag * 2^23 + previous) * 2^23 + current (tag: the window index mod 2^7; counts
+-- < 2^23): the key expires two windows after its last write, so an index 128 windows old
+-- never exists to be misread.
+local SLIDING_TAGS, SLIDING_COUNTS = 2 ^ 7, 2 ^ 23
 
 local function sliding_retry_after(prev, curr, elapsed, per, limit, cost)
   local left_in_window = per - elapsed
@@ -20,29 +21,30 @@ local function sliding_retry_after(prev, curr, elapsed, per, limit, cost)
   return left_in_window + wait_next
 end
 
-local function check_sliding_window(value, now, w)
-  local per, limit, cost = w.per, w.limit, w.cost
+local function check_sliding_window(state, now, p, at)
+  local per, limit, cost = p[at + PER], p[at + LIMIT], p[at + COST]
   local index = floor(now / per)
-  local tag = index % 2 ^ 7
+  local tag = index % SLIDING_TAGS
   local elapsed = now - index * per
   local prev, curr = 0, 0
-  local state = stored(value)
   if state then
-    local fields = unpack_fields(state, SLIDING_FIELDS)
-    if fields[1] == tag then
-      prev, curr = fields[2], fields[3]
-    elseif fields[1] == (index - 1) % 2 ^ 7 then
-      prev = fields[3]
+    local counts = state % (SLIDING_COUNTS * SLIDING_COUNTS)
+    local stored_tag = floor(state / (SLIDING_COUNTS * SLIDING_COUNTS)) % SLIDING_TAGS
+    if stored_tag == tag then
+      prev, curr = floor(counts / SLIDING_COUNTS), counts % SLIDING_COUNTS
+    elseif stored_tag == (index - 1) % SLIDING_TAGS then
+      prev = counts % SLIDING_COUNTS
     end
   end
   local weight_left = per - elapsed
   local used = prev * weight_left + curr * per
   local reset = 2 * per - elapsed
   if used + cost * per > limit * per then
-    return deny(floor(math.max(limit * per - used, 0) / per), reset,
-      sliding_retry_after(prev, curr, elapsed, per, limit, cost))
+    return false, floor(math.max(limit * per - used, 0) / per), reset,
+      sliding_retry_after(prev, curr, elapsed, per, limit, cost)
   end
   curr = curr + cost
   local remaining = floor((limit * per - prev * weight_left - curr * per) / per)
-  return allow(remaining, reset, 0, int(pack_fields({ tag, prev, curr }, SLIDING_FIELDS)), reset)
+  return true, remaining, reset, 0, int((tag * SLIDING_COUNTS + prev) * SLIDING_COUNTS + curr),
+    reset
 end

@@ -2,19 +2,18 @@
 -- refill. Mirrors src/limit/token_bucket.rs. Stored as one number, the time the bucket is full
 -- again: credit at `now` is capacity - max(full_at - now, 0), which is the Rust
 -- min(credit + elapsed, capacity) for the same history.
-local function check_token_bucket(value, now, w)
-  local interval = w.interval
-  local capacity = interval * w.burst
+local function check_token_bucket(full_at, now, p, at)
+  local interval, max_delay = p[at + INTERVAL], p[at + MAX_DELAY]
+  local capacity = interval * p[at + BURST]
   local credit = capacity
-  local full_at = stored(value)
   if full_at then
     credit = capacity - math.max(full_at - now, 0)
   end
-  local after = credit - interval * w.cost
-  if after < -w.max_delay then
-    return deny(floor(math.max(credit, 0) / interval), capacity - credit, -w.max_delay - after)
+  local after = credit - interval * p[at + COST]
+  if after < -max_delay then
+    return false, floor(math.max(credit, 0) / interval), capacity - credit, -max_delay - after
   end
   local reset = capacity - after
-  return allow(floor(math.max(after, 0) / interval), reset, math.max(-after, 0),
-    int(now + reset), reset)
+  return true, floor(math.max(after, 0) / interval), reset, math.max(-after, 0),
+    int(now + reset), reset
 end
