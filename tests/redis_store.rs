@@ -154,11 +154,12 @@ fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
         .run(&case_strategy(), |case| {
             let run = runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let memory = MemoryStore::new(1 << 16);
-            let keys: Vec<String> = case
+            let names: Vec<String> = case
                 .windows
                 .iter()
-                .map(|w| store.key(&format!("run{run}-limit{}", w.group), w))
+                .map(|w| format!("run{run}-limit{}", w.group))
                 .collect();
+            let limits: Vec<&str> = names.iter().map(String::as_str).collect();
             let mut now_us = START_US;
             for (step, &(advance, cost)) in case.steps.iter().enumerate() {
                 now_us += advance;
@@ -169,7 +170,7 @@ fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
                     .map(|w| WindowRequest { cost, ..w.clone() })
                     .collect();
                 let expected = memory.check_all(&requests, now_ns);
-                let outcome = runtime.block_on(store.check_all(&requests, &keys, Some(now_ns)));
+                let outcome = runtime.block_on(store.check_all(&requests, &limits, Some(now_ns)));
                 prop_assert!(outcome.error.is_none(), "store error: {:?}", outcome.error);
                 let actual: Small<WindowCheck> = outcome.checks.into_iter().flatten().collect();
                 for (i, (m, r)) in expected.iter().zip(&actual).enumerate() {

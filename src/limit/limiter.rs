@@ -221,11 +221,11 @@ impl Limiter {
         if let Some(denial) = self.standing_denial(redis, requests, cost, now) {
             return denial.into();
         }
-        let keys: Small<String> = requests
+        let limits: Small<&str> = requests
             .iter()
-            .map(|r| redis.key(&self.rules[r.group].name, r))
+            .map(|r| &*self.rules[r.group].name)
             .collect();
-        let outcome = redis.check_all(requests, &keys, None).await;
+        let outcome = redis.check_all(requests, &limits, None).await;
         let Some(error) = outcome.error.clone() else {
             let checks: Small<WindowCheck> = outcome.checks.into_iter().flatten().collect();
             let decision = self.decide(requests, origins, &checks, Small::new());

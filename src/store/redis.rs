@@ -173,32 +173,36 @@ impl RedisStore {
         self.breaker.is_open()
     }
 
-    /// The key of one window; `limit` is the limit's name.
-    pub fn key(&self, limit: &str, request: &WindowRequest) -> String {
-        let prefix = &self.config.key_prefix;
-        let mut key = String::with_capacity(prefix.len() + limit.len() + 30);
-        key.push_str(prefix);
+    /// Appends the key of one window; `limit` is the limit's name.
+    fn push_key(&self, key: &mut String, limit: &str, request: &WindowRequest) {
+        key.push_str(&self.config.key_prefix);
         key.push_str(limit);
         key.push_str(":{");
-        push_identity(&mut key, request.limit_identity);
+        push_identity(key, request.limit_identity);
         key.push_str("}:");
         key.push_str(itoa::Buffer::new().format(request.window));
-        key
     }
 
-    /// Checks every window (`keys[i]` is the key of `requests[i]`). `now` is for tests that
-    /// compare with the Rust algorithms; in service it is None and Redis' TIME decides.
+    /// Enough for any window's key of `limit` (22 identity characters, braces, colons and a
+    /// window number).
+    fn key_length(&self, limit: &str) -> usize {
+        self.config.key_prefix.len() + limit.len() + 30
+    }
+
+    /// Checks every window (`limits[i]` is the name of the limit of `requests[i]`). `now` is
+    /// for tests that compare with the Rust algorithms; in service it is None and Redis' TIME
+    /// decides.
     pub async fn check_all(
         &self,
         requests: &[WindowRequest],
-        keys: &[String],
+        limits: &[&str],
         now: Option<Nanos>,
     ) -> Outcome {
         if let Err(retry_in) = self.breaker.permit(Instant::now()) {
             return failed_outcome(requests.len(), StoreError::BreakerOpen { retry_in });
         }
         if !self.config.cluster {
-            let result = self.call(requests, keys, now).await;
+            let result = self.call(requests, limits, now).await;
             self.record(&result);
             return match result {
                 Ok(checks) => Outcome {
@@ -211,7 +215,7 @@ impl RedisStore {
         let spans = identity_spans(requests);
         let calls = spans
             .iter()
-            .map(|&(start, end)| self.call(&requests[start..end], &keys[start..end], now));
+            .map(|&(start, end)| self.call(&requests[start..end], &limits[start..end], now));
         let results = join_all(calls).await;
         let mut outcome = Outcome {
             checks: Small::new(),
@@ -280,11 +284,11 @@ impl RedisStore {
     async fn call(
         &self,
         requests: &[WindowRequest],
-        keys: &[String],
+        limits: &[&str],
         now: Option<Nanos>,
     ) -> Result<Small<WindowCheck>, StoreError> {
         let timeout = self.config.timeout;
-        match tokio::time::timeout(timeout, self.invoke(requests, keys, now)).await {
+        match tokio::time::timeout(timeout, self.invoke(requests, limits, now)).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout(timeout)),
         }
@@ -293,25 +297,10 @@ impl RedisStore {
     async fn invoke(
         &self,
         requests: &[WindowRequest],
-        keys: &[String],
+        limits: &[&str],
         now: Option<Nanos>,
     ) -> Result<Small<WindowCheck>, StoreError> {
-        // EVALSHA built as one command (one buffer; `ScriptInvocation` would allocate each
-        // argument apart and copy them again).
-        let mut command = redis::cmd("EVALSHA");
-        command.arg(self.script.get_hash()).arg(keys.len());
-        for key in keys {
-            command.arg(key.as_str());
-        }
-        match now {
-            Some(ns) => command.arg(ns / 1000),
-            None => command.arg(""),
-        };
-        let mut parameters = Vec::with_capacity(WINDOW_PARAMETER_BYTES * requests.len());
-        for request in requests {
-            push_window_parameters(&mut parameters, request);
-        }
-        command.arg(parameters);
+        let command = self.script_call(requests, limits, now);
         let connection = self.connection().await?;
         let reply: Vec<u8> = match query(connection, &command).await {
             Err(error)
@@ -327,6 +316,43 @@ impl RedisStore {
             reply => reply?,
         };
         parse_reply(&reply, requests.len())
+    }
+
+    /// The EVALSHA of every window, built as one command sized up front: `ScriptInvocation`
+    /// would allocate each argument apart and copy them again, and a growing command copies
+    /// itself at every doubling.
+    fn script_call(
+        &self,
+        requests: &[WindowRequest],
+        limits: &[&str],
+        now: Option<Nanos>,
+    ) -> redis::Cmd {
+        let keys_length: usize = limits.iter().map(|limit| self.key_length(limit)).sum();
+        let mut command = redis::Cmd::with_capacity(
+            requests.len() + 5,
+            "EVALSHA".len() + 40 + 24 + keys_length + WINDOW_PARAMETER_BYTES * requests.len(),
+        );
+        command
+            .arg("EVALSHA")
+            .arg(self.script.get_hash())
+            .arg(requests.len());
+        let longest_key = limits.iter().map(|limit| self.key_length(limit)).max();
+        let mut key = String::with_capacity(longest_key.unwrap_or(0));
+        for (request, limit) in requests.iter().zip(limits) {
+            key.clear();
+            self.push_key(&mut key, limit, request);
+            command.arg(key.as_str());
+        }
+        match now {
+            Some(ns) => command.arg(ns / 1000),
+            None => command.arg(""),
+        };
+        let mut parameters = Vec::with_capacity(WINDOW_PARAMETER_BYTES * requests.len());
+        for request in requests {
+            push_window_parameters(&mut parameters, request);
+        }
+        command.arg(parameters);
+        command
     }
 
     async fn connection(&self) -> Result<&Connection, StoreError> {
