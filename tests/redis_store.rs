@@ -186,3 +186,52 @@ fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
         })
         .unwrap();
 }
+
+/// The script can be called by anything that reaches Redis: parameters of the wrong size or an
+/// algorithm it does not know are refused with a message that says which, and write nothing.
+#[test]
+fn malformed_script_calls_are_refused_with_what_was_wrong() {
+    let server = RedisServer::start();
+    let mut connection = server.connection();
+    let script = redis::Script::new(ratelimit_proxy::store::redis::SCRIPT);
+    let window = |algorithm: f64| -> Vec<u8> {
+        [algorithm, 0.0, 0.0, 10.0, 1e6, 1e5, 10.0, 1.0, 0.0]
+            .iter()
+            .flat_map(|n| n.to_le_bytes())
+            .collect()
+    };
+    let mut short = window(1.0);
+    short.pop();
+    let mut refusal = |parameters: &[u8]| -> String {
+        let error = script
+            .key("bad:{x}:0")
+            .arg("")
+            .arg(parameters)
+            .invoke::<Vec<u8>>(&mut connection)
+            .expect_err("a malformed call was answered");
+        error.to_string()
+    };
+    let wrong_size = refusal(&short);
+    assert!(
+        wrong_size.contains("window parameters of 71 bytes for 1 windows"),
+        "{wrong_size}"
+    );
+    let unknown = refusal(&window(9.0));
+    assert!(
+        unknown.contains("unknown algorithm 9 in window 1"),
+        "{unknown}"
+    );
+    let written: bool = redis::cmd("EXISTS")
+        .arg("bad:{x}:0")
+        .query(&mut server.connection())
+        .unwrap();
+    assert!(!written);
+    // The same call well formed is answered: 4 doubles.
+    let answer: Vec<u8> = script
+        .key("bad:{x}:0")
+        .arg("")
+        .arg(window(1.0))
+        .invoke(&mut server.connection())
+        .unwrap();
+    assert_eq!(answer.len(), 32);
+}
