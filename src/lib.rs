@@ -18,6 +18,7 @@ pub mod route;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod worker;
 
 use std::future::Future;
 

@@ -137,13 +137,7 @@ fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
         .enable_all()
         .build()
         .unwrap();
-    let store = RedisStore::new(RedisConfig {
-        cluster: false,
-        urls: vec![server.url()],
-        timeout: Duration::from_secs(5),
-        key_prefix: "diff:".to_string(),
-        ca_file: None,
-    });
+    let store = RedisStore::new(store_config(&server, "diff:"), 1);
     let mut runner = TestRunner::new(ProptestConfig {
         cases: 200,
         ..ProptestConfig::default()
@@ -234,4 +228,103 @@ fn malformed_script_calls_are_refused_with_what_was_wrong() {
         .invoke(&mut server.connection())
         .unwrap();
     assert_eq!(answer.len(), 32);
+}
+
+fn store_config(server: &RedisServer, key_prefix: &str) -> RedisConfig {
+    RedisConfig {
+        cluster: false,
+        urls: vec![server.url()],
+        timeout: Duration::from_secs(5),
+        key_prefix: key_prefix.to_string(),
+        ca_file: None,
+    }
+}
+
+/// Each serving worker calls Redis on a connection of its own, driven by its own event loop:
+/// two workers, two connections. With one worker, whatever index a thread has, one.
+#[test]
+fn each_worker_calls_redis_on_its_own_connection() {
+    let server = RedisServer::start();
+    let clients = || -> usize {
+        let list: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut server.connection())
+            .unwrap();
+        list.lines().count() - 1 // the connection asking
+    };
+    let store = std::sync::Arc::new(RedisStore::new(store_config(&server, "w:"), 2));
+    // Both worker threads keep their event loops (a connection's driver lives on the loop
+    // that opened it) until the connections are counted.
+    let called = std::sync::Arc::new(std::sync::Barrier::new(3));
+    let threads: Vec<_> = (0..2)
+        .map(|index| {
+            let (store, called) = (store.clone(), called.clone());
+            std::thread::spawn(move || {
+                ratelimit_proxy::worker::set(index);
+                let runtime = event_loop();
+                // Reported after the barriers: a panic before them would leave the others
+                // waiting.
+                let errors = runtime.block_on(three_calls(&store));
+                called.wait(); // both have called
+                called.wait(); // counted
+                errors
+            })
+        })
+        .collect();
+    called.wait();
+    let connected = clients();
+    called.wait();
+    for thread in threads {
+        let errors = thread.join().unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+    assert_eq!(connected, 2, "two workers");
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while clients() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let store = RedisStore::new(store_config(&server, "w:"), 1);
+    let runtime = event_loop();
+    for index in [0, 1] {
+        ratelimit_proxy::worker::set(index);
+        let errors = runtime.block_on(three_calls(&store));
+        assert!(errors.is_empty(), "{errors:?}");
+    }
+    ratelimit_proxy::worker::set(0);
+    assert_eq!(clients(), 1, "one worker");
+}
+
+fn event_loop() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Three checks of one window; the errors they met.
+async fn three_calls(store: &RedisStore) -> Vec<String> {
+    let request = WindowRequest {
+        identity: 7,
+        limit_identity: 7,
+        algorithm: Algorithm::Gcra,
+        rate: Rate {
+            limit: 1000,
+            per: Duration::from_secs(1),
+            burst: 1000,
+        },
+        cost: 1,
+        max_delay: Duration::ZERO,
+        group: 0,
+        window: 0,
+        shadow: false,
+    };
+    let mut errors = Vec::new();
+    for _ in 0..3 {
+        let outcome = store
+            .check_all(std::slice::from_ref(&request), &["l"], None)
+            .await;
+        errors.extend(outcome.error.map(|error| error.to_string()));
+    }
+    errors
 }

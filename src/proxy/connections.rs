@@ -7,7 +7,6 @@
 //! or a 101 answer does not, and that connection closes. A bodiless idempotent request whose
 //! pooled connection turns out to have been closed by the upstream goes again on the next one.
 
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,17 +56,6 @@ impl From<ExchangeError> for SendError {
     }
 }
 
-thread_local! {
-    static WORKER: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Marks the calling thread as serving worker `index` (see `server`): its requests take and
-/// give back connections of their own idle lists, so a connection is only ever used by the
-/// thread that made it.
-pub fn set_worker(index: usize) {
-    WORKER.with(|worker| worker.set(index));
-}
-
 /// The pooled connections of one upstream: an idle list per server and worker.
 pub struct Connections {
     connector: HttpsConnector<HttpConnector>,
@@ -100,7 +88,7 @@ impl Connections {
 
     /// The calling worker's idle list for `server`.
     fn idle_list(&self, server: usize) -> &Arc<IdleList> {
-        let worker = WORKER.with(Cell::get) % self.workers;
+        let worker = crate::worker::current() % self.workers;
         &self.idle[server * self.workers + worker]
     }
 

@@ -53,7 +53,7 @@ pub struct UpstreamPool {
 }
 
 impl UpstreamPool {
-    /// A pool for `workers` serving threads (see `connections::set_worker`).
+    /// A pool for `workers` serving threads (see `crate::worker`).
     pub fn new(config: &UpstreamConfig, workers: usize) -> Result<UpstreamPool, rustls::Error> {
         let connections = Connections::new(connector(config)?, config.servers.len(), workers);
         let servers = config

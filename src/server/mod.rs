@@ -336,7 +336,7 @@ impl Workers {
 }
 
 fn run_worker(index: usize, listeners: Vec<Listener>, serving: Serving, until: CancellationToken) {
-    crate::proxy::connections::set_worker(index);
+    crate::worker::set(index);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

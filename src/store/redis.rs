@@ -135,7 +135,10 @@ enum Connection {
 
 pub struct RedisStore {
     config: RedisConfig,
-    connection: OnceCell<Connection>,
+    /// One per serving worker (see `crate::worker`): each worker's calls go out on its own
+    /// connection, whose driver task runs on that worker's event loop. Shared, every worker
+    /// but the first to connect would hop threads twice per call.
+    connections: Box<[OnceCell<Connection>]>,
     script: Script,
     breaker: Breaker,
     pub denied: DeniedCache,
@@ -143,12 +146,13 @@ pub struct RedisStore {
 }
 
 impl RedisStore {
-    /// Connects lazily, on the first call, so a gateway starts (and falls back per `on_error`)
-    /// while Redis is away. The URLs were checked with the config.
-    pub fn new(config: RedisConfig) -> RedisStore {
+    /// Connects lazily, on a worker's first call, so a gateway starts (and falls back per
+    /// `on_error`) while Redis is away. The URLs were checked with the config. `workers`:
+    /// how many serving workers call it (`[server] workers`).
+    pub fn new(config: RedisConfig, workers: usize) -> RedisStore {
         RedisStore {
             config,
-            connection: OnceCell::new(),
+            connections: (0..workers.max(1)).map(|_| OnceCell::new()).collect(),
             script: Script::new(SCRIPT),
             breaker: Breaker::new(BREAKER_FAILURES, BREAKER_OPEN_FOR),
             denied: DeniedCache::new(DENIED_CAPACITY),
@@ -355,8 +359,9 @@ impl RedisStore {
         command
     }
 
+    /// The calling worker's connection.
     async fn connection(&self) -> Result<&Connection, StoreError> {
-        self.connection
+        self.connections[crate::worker::current() % self.connections.len()]
             .get_or_try_init(|| connect(&self.config))
             .await
     }
