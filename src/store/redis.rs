@@ -187,8 +187,8 @@ impl RedisStore {
         key.push_str(itoa::Buffer::new().format(request.window));
     }
 
-    /// Enough for any window's key of `limit` (22 identity characters, braces, colons and a
-    /// window number).
+    /// Room for a window's key of `limit`: 22 identity characters, braces and colons, and a
+    /// window number of up to 4 digits (a capacity hint; longer keys only grow the buffer).
     fn key_length(&self, limit: &str) -> usize {
         self.config.key_prefix.len() + limit.len() + 30
     }
