@@ -175,10 +175,7 @@ async fn health_readiness_config_and_reload_counts() {
     let admin = format!("http://{}", gateway.admin_addr.unwrap());
     for probe in ["/healthz", "/readyz"] {
         let (response, body) = get(&format!("{admin}{probe}")).await;
-        assert_eq!(
-            (response.status(), &body[..]),
-            (StatusCode::OK, &b"ok\n"[..])
-        );
+        assert_answer(&response, &body, StatusCode::OK, "ok\n", "");
     }
     let (response, body) = get(&format!("{admin}/config")).await;
     assert_eq!(response.headers()["content-type"], "application/json");
@@ -215,11 +212,7 @@ async fn admin_paths_are_not_served_on_the_proxy_listener() {
     let (gateway, _) = TestGateway::start_in_dir("admin-separate", &[], &text).await;
     for path in ["/metrics", "/healthz", "/config"] {
         let (response, body) = get(&gateway.url(path)).await;
-        assert_eq!(
-            (response.status(), &body[..]),
-            (StatusCode::OK, &b"from upstream"[..]),
-            "{path}"
-        );
+        assert_answer(&response, &body, StatusCode::OK, "from upstream", path);
     }
 }
 

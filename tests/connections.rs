@@ -268,10 +268,7 @@ async fn stops_listening(addr: SocketAddr) -> bool {
 /// A request to the slow upstream, in flight across shutdown, got its whole answer.
 async fn assert_finished(request: JoinHandle<(Response<()>, Bytes)>) {
     let (response, body) = request.await.unwrap();
-    assert_eq!(
-        (response.status(), &body[..]),
-        (StatusCode::OK, &b"finished"[..])
-    );
+    assert_answer(&response, &body, StatusCode::OK, "finished", "");
 }
 
 /// After `stop`, serving (every worker) ends, without an error, within 10 s.

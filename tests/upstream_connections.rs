@@ -142,10 +142,7 @@ async fn sequential_requests_share_one_upstream_connection_also_after_bodiless_a
     let gateway = gateway_for(&upstream.url()).await;
     for round in 0..10 {
         let (response, body) = get(&gateway.url("/doc")).await;
-        assert_eq!(
-            (response.status(), &body[..]),
-            (StatusCode::OK, &b"twelve bytes"[..])
-        );
+        assert_answer(&response, &body, StatusCode::OK, "twelve bytes", "");
         let head = Request::head(gateway.url("/doc")).body(empty()).unwrap();
         assert_eq!(send(head).await.0.status(), StatusCode::OK, "round {round}");
         let (response, _) = get(&gateway.url("/no-content")).await;
@@ -162,10 +159,12 @@ async fn each_succeeds_on_a_new_connection(ending: Behaviour, pause: Duration) {
     let gateway = gateway_for(&upstream.url).await;
     for round in 0..5 {
         let (response, body) = get(&gateway.url("/")).await;
-        assert_eq!(
-            (response.status(), &body[..]),
-            (StatusCode::OK, &b"ok"[..]),
-            "round {round}"
+        assert_answer(
+            &response,
+            &body,
+            StatusCode::OK,
+            "ok",
+            &format!("round {round}"),
         );
         tokio::time::sleep(pause).await;
     }
@@ -209,7 +208,7 @@ async fn a_connection_still_uploading_after_an_early_answer_holds_up_no_other_re
     let next = gateway.url("/next");
     let waiting = tokio::time::timeout(Duration::from_secs(10), get(&next));
     let (response, body) = waiting.await.expect("not queued behind the upload");
-    assert_eq!((response.status(), &body[..]), (StatusCode::OK, &b"ok"[..]));
+    assert_answer(&response, &body, StatusCode::OK, "ok", "");
     assert_eq!(upstream.accepted(), 2);
 
     // Once the upload is over, its connection is pooled again and used.
@@ -257,10 +256,7 @@ async fn a_response_dropped_halfway_does_not_return_its_connection() {
 
     for _ in 0..5 {
         let (response, body) = get(&gateway.url("/short")).await;
-        assert_eq!(
-            (response.status(), &body[..]),
-            (StatusCode::OK, &b"short"[..])
-        );
+        assert_answer(&response, &body, StatusCode::OK, "short", "");
     }
     // The half-read connection was closed, not pooled; the short answers share a second one.
     assert_eq!(upstream.accepted(), 2);

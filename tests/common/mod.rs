@@ -265,6 +265,23 @@ pub async fn get(url: &str) -> (Response<()>, Bytes) {
     send(Request::get(url).body(empty()).unwrap()).await
 }
 
+/// Asserts an answer's status and body together (both show in a failure); `case` names the
+/// loop round or path when there is one.
+#[track_caller]
+pub fn assert_answer(
+    response: &Response<()>,
+    body: &[u8],
+    status: http::StatusCode,
+    expected: &str,
+    case: &str,
+) {
+    assert_eq!(
+        (response.status(), body),
+        (status, expected.as_bytes()),
+        "{case}"
+    );
+}
+
 /// Parses a generated problem+json answer, checking its content type and request id.
 pub fn problem(response: &Response<()>, body: &[u8]) -> serde_json::Value {
     assert_eq!(
