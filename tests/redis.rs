@@ -505,17 +505,7 @@ async fn a_cluster_of_three_masters_keeps_limits_exact_for_identities_on_every_m
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_user_and_password_in_the_url_work_and_stay_secret() {
-    let server = RedisServer::start_with(&[
-        "--user",
-        "gateway",
-        "on",
-        ">s3cret-pw",
-        "~*",
-        "+@all",
-        "--user",
-        "default",
-        "off",
-    ]);
+    let server = RedisServer::start_with_user("gateway", "s3cret-pw");
     let upstream = TestUpstream::ok("ok").await;
     let store = format!(
         "backend = \"redis\"\nurl = \"redis://gateway:s3cret-pw@127.0.0.1:{}/0\"\nkey_prefix = \"acl:\"\ntimeout = \"2s\"\non_error = \"deny\"",

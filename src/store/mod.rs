@@ -5,6 +5,7 @@
 pub mod breaker;
 pub mod denied;
 pub mod memory;
+pub mod pipe;
 pub mod redis;
 
 use std::time::Duration;

@@ -12,15 +12,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures_util::future::join_all;
-use redis::Script;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
+use redis::{ConnectionAddr, IntoConnectionInfo, Script};
 use tokio::sync::OnceCell;
 
 use super::breaker::Breaker;
 use super::denied::DeniedCache;
+use super::pipe::{self, Pipe, Reply};
 use super::{Small, WindowRequest};
 use crate::clock::Nanos;
 use crate::limit::{Algorithm, WindowCheck};
@@ -129,6 +131,13 @@ pub struct Outcome {
 }
 
 enum Connection {
+    /// One node over plain TCP: the worker's own pipelined connection.
+    Pipe(Pipe),
+    Crate(CrateConnection),
+}
+
+/// `rediss://`, Unix sockets and clusters: the redis crate's connections.
+enum CrateConnection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
 }
@@ -246,10 +255,34 @@ impl RedisStore {
             return Some(tier);
         }
         self.breaker.permit(now).ok()?;
+        let deadline = tokio::time::Instant::now() + self.config.timeout;
         let read = async {
-            let mut command = redis::cmd("HGET");
-            command.arg(hash).arg(field);
-            let tier: Option<String> = query(self.connection().await?, &command).await?;
+            let tier: Option<String> = match self.connection().await? {
+                Connection::Pipe(pipe) => {
+                    let reply = pipe
+                        .call(deadline, |out| {
+                            pipe::Command::new(out, 3)
+                                .arg(b"HGET")
+                                .arg(hash.as_bytes())
+                                .arg(field);
+                        })
+                        .await?;
+                    match reply {
+                        Reply::Nil => None,
+                        Reply::Bulk(tier) => {
+                            Some(String::from_utf8(tier.to_vec()).map_err(|_| {
+                                StoreError::Protocol("a tier that is not UTF-8".into())
+                            })?)
+                        }
+                        other => return Err(unexpected(&other)),
+                    }
+                }
+                Connection::Crate(connection) => {
+                    let mut command = redis::cmd("HGET");
+                    command.arg(hash).arg(field);
+                    query(connection, &command).await?
+                }
+            };
             Ok::<_, StoreError>(tier.map(Arc::from))
         };
         let result = match tokio::time::timeout(self.config.timeout, read).await {
@@ -284,7 +317,8 @@ impl RedisStore {
         }
     }
 
-    /// One script call under the timeout.
+    /// One script call under the timeout: the pipe's driver keeps it, the crate's
+    /// connections are given a timer.
     async fn call(
         &self,
         requests: &[WindowRequest],
@@ -292,82 +326,181 @@ impl RedisStore {
         now: Option<Nanos>,
     ) -> Result<Small<WindowCheck>, StoreError> {
         let timeout = self.config.timeout;
-        match tokio::time::timeout(timeout, self.invoke(requests, limits, now)).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(timeout)),
-        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let reply = match self.connection().await? {
+            Connection::Pipe(pipe) => {
+                self.invoke_on_pipe(pipe, deadline, requests, limits, now)
+                    .await
+            }
+            Connection::Crate(connection) => {
+                let invoke = self.invoke_on_crate(connection, requests, limits, now);
+                match tokio::time::timeout_at(deadline, invoke).await {
+                    Ok(result) => result,
+                    Err(_) => Err(StoreError::Timeout(timeout)),
+                }
+            }
+        }?;
+        parse_reply(&reply, requests.len())
     }
 
-    async fn invoke(
+    async fn invoke_on_pipe(
         &self,
+        pipe: &Pipe,
+        deadline: tokio::time::Instant,
         requests: &[WindowRequest],
         limits: &[&str],
         now: Option<Nanos>,
-    ) -> Result<Small<WindowCheck>, StoreError> {
-        let command = self.script_call(requests, limits, now);
-        let connection = self.connection().await?;
+    ) -> Result<Bytes, StoreError> {
+        let evalsha = |out: &mut Vec<u8>| {
+            let mut command = pipe::Command::new(out, script_arguments(requests));
+            self.write_script_call(&mut command, requests, limits, now);
+        };
+        let reply = match pipe.call(deadline, evalsha).await {
+            Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
+                // A restarted or flushed Redis: load the script and retry once.
+                let load = |out: &mut Vec<u8>| {
+                    pipe::Command::new(out, 3)
+                        .arg(b"SCRIPT")
+                        .arg(b"LOAD")
+                        .arg(SCRIPT.as_bytes());
+                };
+                pipe.call(deadline, load).await?;
+                pipe.call(deadline, evalsha).await?
+            }
+            reply => reply?,
+        };
+        match reply {
+            Reply::Bulk(numbers) => Ok(numbers),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    async fn invoke_on_crate(
+        &self,
+        connection: &CrateConnection,
+        requests: &[WindowRequest],
+        limits: &[&str],
+        now: Option<Nanos>,
+    ) -> Result<Bytes, StoreError> {
+        let keys_length: usize = limits.iter().map(|limit| self.key_length(limit)).sum();
+        let mut command = redis::Cmd::with_capacity(
+            script_arguments(requests),
+            "EVALSHA".len() + 40 + 24 + keys_length + WINDOW_PARAMETER_BYTES * requests.len(),
+        );
+        self.write_script_call(&mut command, requests, limits, now);
         let reply: Vec<u8> = match query(connection, &command).await {
             Err(error)
                 if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
                 // A restarted or flushed Redis: load the script (on every master) and retry once.
                 match connection {
-                    Connection::Single(c) => self.script.load_async(&mut c.clone()).await?,
-                    Connection::Cluster(c) => self.script.load_async(&mut c.clone()).await?,
+                    CrateConnection::Single(c) => self.script.load_async(&mut c.clone()).await?,
+                    CrateConnection::Cluster(c) => self.script.load_async(&mut c.clone()).await?,
                 };
                 query(connection, &command).await?
             }
             reply => reply?,
         };
-        parse_reply(&reply, requests.len())
+        Ok(Bytes::from(reply))
     }
 
-    /// The EVALSHA of every window, built as one command sized up front: `ScriptInvocation`
-    /// would allocate each argument apart and copy them again, and a growing command copies
-    /// itself at every doubling.
-    fn script_call(
+    /// The EVALSHA of every window (`script_arguments` of them), written straight into the
+    /// command: `ScriptInvocation` would allocate each argument apart and copy them again.
+    fn write_script_call(
         &self,
+        command: &mut impl Arguments,
         requests: &[WindowRequest],
         limits: &[&str],
         now: Option<Nanos>,
-    ) -> redis::Cmd {
-        let keys_length: usize = limits.iter().map(|limit| self.key_length(limit)).sum();
-        let mut command = redis::Cmd::with_capacity(
-            requests.len() + 5,
-            "EVALSHA".len() + 40 + 24 + keys_length + WINDOW_PARAMETER_BYTES * requests.len(),
-        );
-        command
-            .arg("EVALSHA")
-            .arg(self.script.get_hash())
-            .arg(requests.len());
+    ) {
+        command.push(b"EVALSHA");
+        command.push(self.script.get_hash().as_bytes());
+        command.push(itoa::Buffer::new().format(requests.len()).as_bytes());
         let longest_key = limits.iter().map(|limit| self.key_length(limit)).max();
         let mut key = String::with_capacity(longest_key.unwrap_or(0));
         for (request, limit) in requests.iter().zip(limits) {
             key.clear();
             self.push_key(&mut key, limit, request);
-            command.arg(key.as_str());
+            command.push(key.as_bytes());
         }
         match now {
-            Some(ns) => command.arg(ns / 1000),
-            None => command.arg(""),
+            Some(ns) => command.push(itoa::Buffer::new().format(ns / 1000).as_bytes()),
+            None => command.push(b""),
         };
         let mut parameters = Vec::with_capacity(WINDOW_PARAMETER_BYTES * requests.len());
         for request in requests {
             push_window_parameters(&mut parameters, request);
         }
-        command.arg(parameters);
-        command
+        command.push(&parameters);
     }
 
-    /// The calling worker's connection.
+    /// The calling worker's connection; a first connection (a cluster's takes a while)
+    /// within the store's timeout.
     async fn connection(&self) -> Result<&Connection, StoreError> {
-        self.connections[crate::worker::current() % self.connections.len()]
-            .get_or_try_init(|| connect(&self.config))
-            .await
+        let cell = &self.connections[crate::worker::current() % self.connections.len()];
+        if let Some(connection) = cell.get() {
+            return Ok(connection);
+        }
+        let timeout = self.config.timeout;
+        match tokio::time::timeout(timeout, cell.get_or_try_init(|| connect(&self.config))).await {
+            Ok(connection) => connection,
+            Err(_) => Err(StoreError::Timeout(timeout)),
+        }
     }
 }
 
+/// How many arguments `write_script_call` writes for `requests`.
+fn script_arguments(requests: &[WindowRequest]) -> usize {
+    requests.len() + 5
+}
+
+/// Where a command's arguments go: the crate's command or the pipe's buffer.
+trait Arguments {
+    fn push(&mut self, argument: &[u8]);
+}
+
+impl Arguments for redis::Cmd {
+    fn push(&mut self, argument: &[u8]) {
+        self.arg(argument);
+    }
+}
+
+impl Arguments for pipe::Command<'_> {
+    fn push(&mut self, argument: &[u8]) {
+        self.arg(argument);
+    }
+}
+
+fn unexpected(reply: &Reply) -> StoreError {
+    StoreError::Protocol(format!("unexpected reply {reply:?}"))
+}
+
 async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
+    let connect_timeout = config.timeout.max(Duration::from_millis(250));
+    if !config.cluster {
+        let url = config.urls[0].as_str().into_connection_info()?;
+        if let ConnectionAddr::Tcp(host, port) = url.addr() {
+            let session = url.redis_settings();
+            return Ok(Connection::Pipe(Pipe::new(pipe::Settings {
+                host: host.clone(),
+                port: *port,
+                username: session.username().map(str::to_string),
+                password: session.password().map(str::to_string),
+                db: session.db(),
+                connect_timeout,
+                timeout: config.timeout,
+            })));
+        }
+    }
+    Ok(Connection::Crate(
+        connect_crate(config, connect_timeout).await?,
+    ))
+}
+
+async fn connect_crate(
+    config: &RedisConfig,
+    connect_timeout: Duration,
+) -> Result<CrateConnection, StoreError> {
     let roots =
         match &config.ca_file {
             Some(path) => Some(tokio::fs::read(path).await.map_err(|e| {
@@ -381,13 +514,13 @@ async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
     };
     if config.cluster {
         let mut builder = ClusterClient::builder(config.urls.iter().map(String::as_str))
-            .connection_timeout(config.timeout.max(Duration::from_millis(250)))
+            .connection_timeout(connect_timeout)
             .response_timeout(config.timeout)
             .retries(1);
         if roots.is_some() {
             builder = builder.certs(certificates(roots));
         }
-        return Ok(Connection::Cluster(
+        return Ok(CrateConnection::Cluster(
             builder.build()?.get_async_connection().await?,
         ));
     }
@@ -397,16 +530,16 @@ async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
         None => redis::Client::open(url)?,
     };
     let settings = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.timeout.max(Duration::from_millis(250))))
+        .set_connection_timeout(Some(connect_timeout))
         // Every call already runs under `store.timeout`; a second timer per call costs more
         // than the rest of the crate's send.
         .set_response_timeout(None)
         .set_number_of_retries(2)
         .set_min_delay(Duration::from_millis(10))
         .set_max_delay(Duration::from_millis(200));
-    Ok(Connection::Single(ConnectionManager::new_lazy_with_config(
-        client, settings,
-    )?))
+    Ok(CrateConnection::Single(
+        ConnectionManager::new_lazy_with_config(client, settings)?,
+    ))
 }
 
 /// The 128-bit identity in 22 characters of URL-safe base64 (no `{` or `}`, so it can be the
@@ -428,12 +561,12 @@ fn push_identity(key: &mut String, identity: u128) {
 }
 
 async fn query<T: redis::FromRedisValue>(
-    connection: &Connection,
+    connection: &CrateConnection,
     command: &redis::Cmd,
 ) -> redis::RedisResult<T> {
     match connection {
-        Connection::Single(c) => command.query_async(&mut c.clone()).await,
-        Connection::Cluster(c) => command.query_async(&mut c.clone()).await,
+        CrateConnection::Single(c) => command.query_async(&mut c.clone()).await,
+        CrateConnection::Cluster(c) => command.query_async(&mut c.clone()).await,
     }
 }
 

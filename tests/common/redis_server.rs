@@ -32,6 +32,14 @@ impl RedisServer {
         RedisServer::start_in_mode(extra, None)
     }
 
+    /// With one ACL user allowed everything and the default user off: clients must log in.
+    pub fn start_with_user(user: &str, password: &str) -> RedisServer {
+        let password = format!(">{password}");
+        RedisServer::start_with(&[
+            "--user", user, "on", &password, "~*", "+@all", "--user", "default", "off",
+        ])
+    }
+
     /// TLS only, with a certificate chain and key (PEM); clients need no certificate.
     pub fn start_tls(cert_pem: &str, key_pem: &str) -> RedisServer {
         RedisServer::start_in_mode(&[], Some((cert_pem, key_pem)))

@@ -1,0 +1,757 @@
+//! A Redis connection that belongs to one serving worker. Its callers append their commands
+//! to one buffer and wait for their replies, which Redis sends back in the order the commands
+//! came; one driver task on the worker's event loop writes the buffer out and reads the
+//! replies in. Beside the redis crate's multiplexed connection, a call makes no channel hop
+//! and no allocation, arms no timer of its own (the driver keeps one for every call it
+//! waits on) and its reply is cut out of the read buffer, not built as a tree of values.
+//! Plain TCP only: `rediss://`, Unix sockets and clusters stay on the crate.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
+
+use super::redis::StoreError;
+
+/// Calls waiting on one connection beyond which new ones fail at once: a stalled Redis
+/// with requests arriving faster than the breaker opens must not grow memory without bound.
+const MOST_WAITING: usize = 10_000;
+/// How deep arrays may nest in a reply (none of our commands answers with one).
+const MOST_NESTING: usize = 8;
+/// Redis' own limit on a bulk string.
+const LONGEST_BULK: usize = 512 * 1024 * 1024;
+const READ_CHUNK: usize = 16 * 1024;
+
+/// Where to connect and how to open a session there.
+#[derive(Clone)]
+pub struct Settings {
+    pub host: String,
+    pub port: u16,
+    pub username: Option<String>,
+    /// Never logged or put in an error.
+    pub password: Option<String>,
+    pub db: i64,
+    pub connect_timeout: Duration,
+    /// The store's call timeout, as a timed-out call reports it.
+    pub timeout: Duration,
+}
+
+/// What Redis answered; an error reply is `StoreError::Server`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    Nil,
+    Status(Bytes),
+    Integer(i64),
+    Bulk(Bytes),
+    /// An array, skipped: no command sent here answers with one.
+    Array,
+}
+
+/// One command being written: RESP's array of bulk strings, its length given up front.
+pub struct Command<'a> {
+    out: &'a mut Vec<u8>,
+}
+
+impl<'a> Command<'a> {
+    pub fn new(out: &'a mut Vec<u8>, arguments: usize) -> Command<'a> {
+        out.push(b'*');
+        out.extend_from_slice(itoa::Buffer::new().format(arguments).as_bytes());
+        out.extend_from_slice(b"\r\n");
+        Command { out }
+    }
+
+    pub fn arg(&mut self, bytes: &[u8]) -> &mut Self {
+        self.out.push(b'$');
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(bytes.len()).as_bytes());
+        self.out.extend_from_slice(b"\r\n");
+        self.out.extend_from_slice(bytes);
+        self.out.extend_from_slice(b"\r\n");
+        self
+    }
+}
+
+pub struct Pipe {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    settings: Settings,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// Commands the driver has not taken yet.
+    queued: Vec<u8>,
+    /// Calls `first..first + calls.len()` by id, in the order of their commands.
+    calls: VecDeque<Call>,
+    first: u64,
+    /// The call the next reply from Redis belongs to.
+    unanswered: u64,
+    driver_running: bool,
+    driver: Option<Waker>,
+    /// Whether the driver's timer covers every waiting call.
+    timer_armed: bool,
+    /// The pipe is gone: the driver closes the connection.
+    closed: bool,
+}
+
+struct Call {
+    deadline: Instant,
+    state: CallState,
+}
+
+enum CallState {
+    Waiting(Option<Waker>),
+    Done(Result<Reply, StoreError>),
+    /// Taken, or given up by its caller; only its place in the order is left.
+    Finished,
+}
+
+impl Pipe {
+    /// Connects on the first call, from the event loop that makes it.
+    pub fn new(settings: Settings) -> Pipe {
+        Pipe {
+            shared: Arc::new(Shared {
+                settings,
+                state: Mutex::new(State {
+                    queued: Vec::with_capacity(READ_CHUNK),
+                    calls: VecDeque::new(),
+                    first: 0,
+                    unanswered: 0,
+                    driver_running: false,
+                    driver: None,
+                    timer_armed: false,
+                    closed: false,
+                }),
+            }),
+        }
+    }
+
+    /// Sends the command `write` appends (see `Command`) and waits for its reply until
+    /// `deadline`. Must be called on a tokio runtime: the first call spawns the driver there.
+    pub async fn call(
+        &self,
+        deadline: Instant,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<Reply, StoreError> {
+        let id = self.queue(deadline, write)?;
+        Pending {
+            shared: &self.shared,
+            id,
+            taken: false,
+        }
+        .await
+    }
+
+    fn queue(
+        &self,
+        deadline: Instant,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<u64, StoreError> {
+        let mut state = self.shared.lock();
+        if state.calls.len() >= MOST_WAITING {
+            return Err(StoreError::Connection(format!(
+                "{MOST_WAITING} calls already waiting for redis"
+            )));
+        }
+        let nothing_queued = state.queued.is_empty();
+        write(&mut state.queued);
+        let id = state.first + state.calls.len() as u64;
+        state.calls.push_back(Call {
+            deadline,
+            state: CallState::Waiting(None),
+        });
+        if !state.driver_running {
+            state.driver_running = true;
+            tokio::spawn(Connection::new(self.shared.clone()));
+        } else if nothing_queued || !state.timer_armed {
+            // Queued commands mean the driver is already on its way to write them; an
+            // unarmed timer, that it must arm for this call.
+            if let Some(driver) = &state.driver {
+                driver.wake_by_ref();
+            }
+        }
+        Ok(id)
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.closed = true;
+        if let Some(driver) = &state.driver {
+            driver.wake_by_ref();
+        }
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl State {
+    fn end(&self) -> u64 {
+        self.first + self.calls.len() as u64
+    }
+
+    fn call(&mut self, id: u64) -> Option<&mut Call> {
+        let index = usize::try_from(id.checked_sub(self.first)?).ok()?;
+        self.calls.get_mut(index)
+    }
+
+    /// Gives call `id` its result, unless it already has one (it timed out) or its caller left.
+    fn finish(&mut self, id: u64, result: Result<Reply, StoreError>) {
+        let Some(call) = self.call(id) else { return };
+        if let CallState::Waiting(waker) = &mut call.state {
+            let waker = waker.take();
+            call.state = CallState::Done(result);
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+
+    /// The next reply from Redis arrived.
+    fn answer(&mut self, result: Result<Reply, StoreError>) -> Result<(), StoreError> {
+        if self.unanswered >= self.end() {
+            return Err(StoreError::Protocol("a reply to no command".into()));
+        }
+        self.finish(self.unanswered, result);
+        self.unanswered += 1;
+        self.drop_finished();
+        Ok(())
+    }
+
+    /// Forgets calls from the front that are over: answered by Redis and taken or given up.
+    fn drop_finished(&mut self) {
+        while self.first < self.unanswered
+            && matches!(self.calls.front(), Some(call) if matches!(call.state, CallState::Finished))
+        {
+            self.calls.pop_front();
+            self.first += 1;
+        }
+    }
+
+    /// Times out every waiting call whose deadline has passed; the earliest deadline left.
+    fn expire(&mut self, now: Instant, timeout: Duration) -> Option<Instant> {
+        let mut earliest: Option<Instant> = None;
+        for id in self.unanswered..self.end() {
+            let Some(call) = self.call(id) else { break };
+            if !matches!(call.state, CallState::Waiting(_)) {
+                continue;
+            }
+            if call.deadline <= now {
+                self.finish(id, Err(StoreError::Timeout(timeout)));
+            } else if earliest.is_none_or(|e| call.deadline < e) {
+                earliest = Some(call.deadline);
+            }
+        }
+        earliest
+    }
+
+    /// The connection is over: every call still waiting for Redis fails with `error`.
+    fn stop(&mut self, error: StoreError) {
+        for id in self.unanswered..self.end() {
+            self.finish(id, Err(error.clone()));
+        }
+        self.unanswered = self.end();
+        self.queued.clear();
+        self.driver_running = false;
+        self.driver = None;
+        self.timer_armed = false;
+        self.drop_finished();
+    }
+}
+
+/// A call's wait for its reply; dropped early, the call is given up.
+struct Pending<'a> {
+    shared: &'a Shared,
+    id: u64,
+    taken: bool,
+}
+
+impl Future for Pending<'_> {
+    type Output = Result<Reply, StoreError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut state = self.shared.lock();
+        let Some(call) = state.call(self.id) else {
+            return Poll::Ready(Err(StoreError::Protocol("call lost".into())));
+        };
+        match std::mem::replace(&mut call.state, CallState::Finished) {
+            CallState::Done(result) => {
+                state.drop_finished();
+                drop(state);
+                self.taken = true;
+                Poll::Ready(result)
+            }
+            CallState::Waiting(waker) => {
+                let waker = match waker {
+                    Some(waker) if waker.will_wake(cx.waker()) => waker,
+                    _ => cx.waker().clone(),
+                };
+                call.state = CallState::Waiting(Some(waker));
+                Poll::Pending
+            }
+            CallState::Finished => Poll::Ready(Err(StoreError::Protocol("call lost".into()))),
+        }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.taken {
+            return;
+        }
+        let mut state = self.shared.lock();
+        if let Some(call) = state.call(self.id) {
+            call.state = CallState::Finished;
+            state.drop_finished();
+        }
+    }
+}
+
+/// The driver: one task per open connection, ending with it.
+struct Connection {
+    shared: Arc<Shared>,
+    stream: Stream,
+    /// Commands taken from `State::queued`, written up to `written`.
+    writing: Vec<u8>,
+    written: usize,
+    read: BytesMut,
+    /// Armed for the earliest deadline of the calls waiting on Redis.
+    timer: Pin<Box<Sleep>>,
+    armed: bool,
+}
+
+enum Stream {
+    Opening(Pin<Box<dyn Future<Output = Result<TcpStream, StoreError>> + Send>>),
+    Open(TcpStream),
+}
+
+impl Connection {
+    fn new(shared: Arc<Shared>) -> Connection {
+        let settings = shared.settings.clone();
+        Connection {
+            shared,
+            stream: Stream::Opening(Box::pin(open(settings))),
+            writing: Vec::with_capacity(READ_CHUNK),
+            written: 0,
+            read: BytesMut::with_capacity(READ_CHUNK),
+            timer: Box::pin(tokio::time::sleep_until(Instant::now())),
+            armed: false,
+        }
+    }
+
+    /// Writes, reads and times out as far as it can without waiting.
+    fn advance(&mut self, cx: &mut Context<'_>) -> Result<(), StoreError> {
+        {
+            let mut state = self.shared.lock();
+            if state.closed {
+                return Err(StoreError::Connection("the store was replaced".into()));
+            }
+            if !state
+                .driver
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+            {
+                state.driver = Some(cx.waker().clone());
+            }
+        }
+        self.time_out(cx);
+        if let Stream::Opening(opening) = &mut self.stream {
+            match opening.as_mut().poll(cx) {
+                Poll::Ready(stream) => self.stream = Stream::Open(stream?),
+                Poll::Pending => return Ok(()),
+            }
+        }
+        self.write(cx)?;
+        self.read(cx)
+    }
+
+    fn write(&mut self, cx: &mut Context<'_>) -> Result<(), StoreError> {
+        let Stream::Open(stream) = &mut self.stream else {
+            return Ok(());
+        };
+        loop {
+            if self.written == self.writing.len() {
+                self.writing.clear();
+                self.written = 0;
+                let mut state = self.shared.lock();
+                std::mem::swap(&mut state.queued, &mut self.writing);
+                if self.writing.is_empty() {
+                    return Ok(());
+                }
+            }
+            match Pin::new(&mut *stream).poll_write(cx, &self.writing[self.written..]) {
+                Poll::Ready(Ok(0)) => return Err(lost("redis stopped taking commands")),
+                Poll::Ready(Ok(n)) => self.written += n,
+                Poll::Ready(Err(error)) => return Err(lost(error)),
+                Poll::Pending => return Ok(()),
+            }
+        }
+    }
+
+    fn read(&mut self, cx: &mut Context<'_>) -> Result<(), StoreError> {
+        let Stream::Open(stream) = &mut self.stream else {
+            return Ok(());
+        };
+        loop {
+            if self.read.capacity() - self.read.len() < READ_CHUNK / 4 {
+                self.read.reserve(READ_CHUNK);
+            }
+            match tokio_util::io::poll_read_buf(Pin::new(&mut *stream), cx, &mut self.read) {
+                Poll::Ready(Ok(0)) => return Err(lost("redis closed the connection")),
+                Poll::Ready(Ok(_)) => deliver(&self.shared, &mut self.read)?,
+                Poll::Ready(Err(error)) => return Err(lost(error)),
+                Poll::Pending => return Ok(()),
+            }
+        }
+    }
+}
+
+/// Hands every whole reply read so far to its call.
+fn deliver(shared: &Shared, read: &mut BytesMut) -> Result<(), StoreError> {
+    let mut state = shared.lock();
+    while let Some((frame, length)) = parse(read).map_err(StoreError::Protocol)? {
+        let result = match frame {
+            Frame::Bulk(range) => Ok(Reply::Bulk(read.split_to(length).freeze().slice(range))),
+            Frame::Status(range) => Ok(Reply::Status(read.split_to(length).freeze().slice(range))),
+            Frame::Error(range) => {
+                let text = String::from_utf8_lossy(&read[range]).into_owned();
+                read.advance(length);
+                Err(StoreError::Server(text))
+            }
+            Frame::Integer(n) => {
+                read.advance(length);
+                Ok(Reply::Integer(n))
+            }
+            Frame::Nil => {
+                read.advance(length);
+                Ok(Reply::Nil)
+            }
+            Frame::Array => {
+                read.advance(length);
+                Ok(Reply::Array)
+            }
+        };
+        state.answer(result)?;
+    }
+    Ok(())
+}
+
+impl Connection {
+    /// Fails the calls whose deadline passed and keeps the timer on the earliest one left.
+    /// The timer is only moved when it fires or when nothing armed it, not once per call.
+    fn time_out(&mut self, cx: &mut Context<'_>) {
+        loop {
+            if self.armed {
+                if self.timer.as_mut().poll(cx).is_pending() {
+                    return;
+                }
+                self.armed = false;
+            }
+            let mut state = self.shared.lock();
+            let earliest = state.expire(Instant::now(), self.shared.settings.timeout);
+            state.timer_armed = earliest.is_some();
+            drop(state);
+            match earliest {
+                Some(deadline) => {
+                    self.timer.as_mut().reset(deadline);
+                    self.armed = true;
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+impl Future for Connection {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        match self.advance(cx) {
+            Ok(()) => Poll::Pending,
+            Err(error) => {
+                tracing::debug!(%error, "redis connection closed");
+                self.shared.lock().stop(error);
+                Poll::Ready(())
+            }
+        }
+    }
+}
+
+fn lost(error: impl std::fmt::Display) -> StoreError {
+    StoreError::Connection(error.to_string())
+}
+
+/// Connects and opens the session: AUTH and SELECT as the URL asks, within the connect
+/// timeout.
+async fn open(settings: Settings) -> Result<TcpStream, StoreError> {
+    let address = format!("{}:{}", settings.host, settings.port);
+    let opening = async {
+        let mut stream = TcpStream::connect((settings.host.as_str(), settings.port))
+            .await
+            .map_err(|e| StoreError::Connection(format!("cannot connect to {address}: {e}")))?;
+        stream.set_nodelay(true).map_err(lost)?;
+        handshake(&mut stream, &settings).await?;
+        Ok(stream)
+    };
+    match tokio::time::timeout(settings.connect_timeout, opening).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::Connection(format!(
+            "cannot connect to {address} within {:?}",
+            settings.connect_timeout
+        ))),
+    }
+}
+
+async fn handshake(stream: &mut TcpStream, settings: &Settings) -> Result<(), StoreError> {
+    let mut commands = Vec::new();
+    let mut steps = Vec::new();
+    if let Some(password) = &settings.password {
+        let user = settings.username.as_deref();
+        let mut auth = Command::new(&mut commands, 2 + usize::from(user.is_some()));
+        auth.arg(b"AUTH");
+        if let Some(user) = user {
+            auth.arg(user.as_bytes());
+        }
+        auth.arg(password.as_bytes());
+        steps.push("AUTH");
+    }
+    if settings.db != 0 {
+        let db = itoa::Buffer::new().format(settings.db).as_bytes().to_vec();
+        Command::new(&mut commands, 2).arg(b"SELECT").arg(&db);
+        steps.push("SELECT");
+    }
+    if steps.is_empty() {
+        return Ok(());
+    }
+    stream.write_all(&commands).await.map_err(lost)?;
+    let mut read = BytesMut::with_capacity(512);
+    let mut steps = steps.into_iter();
+    let mut step = steps.next();
+    while let Some(command) = step {
+        let Some((frame, length)) = parse(&read).map_err(StoreError::Protocol)? else {
+            if stream.read_buf(&mut read).await.map_err(lost)? == 0 {
+                return Err(lost(format!("redis closed the connection at {command}")));
+            }
+            continue;
+        };
+        if let Frame::Error(range) = frame {
+            let text = String::from_utf8_lossy(&read[range]);
+            return Err(StoreError::Connection(format!("{command} refused: {text}")));
+        }
+        read.advance(length);
+        step = steps.next();
+    }
+    Ok(())
+}
+
+/// One RESP2 reply, as positions in the buffer it was read from.
+#[derive(Debug, PartialEq, Eq)]
+enum Frame {
+    Status(Range<usize>),
+    Error(Range<usize>),
+    Integer(i64),
+    Bulk(Range<usize>),
+    Nil,
+    Array,
+}
+
+/// The first whole reply in `buffer` and its length; None while it is incomplete.
+fn parse(buffer: &[u8]) -> Result<Option<(Frame, usize)>, String> {
+    parse_at(buffer, 0, 0)
+}
+
+fn parse_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Frame, usize)>, String> {
+    let Some(&kind) = buffer.get(at) else {
+        return Ok(None);
+    };
+    let Some(line_end) = buffer[at..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|i| at + i)
+    else {
+        return Ok(None);
+    };
+    if line_end < at + 2 || buffer[line_end - 1] != b'\r' {
+        return Err("a reply line without CRLF".into());
+    }
+    let line = at + 1..line_end - 1;
+    let next = line_end + 1;
+    let frame = match kind {
+        b'+' => (Frame::Status(line), next),
+        b'-' => (Frame::Error(line), next),
+        b':' => (Frame::Integer(integer(&buffer[line])?), next),
+        b'$' => match integer(&buffer[line])? {
+            -1 => (Frame::Nil, next),
+            length => {
+                let length = usize::try_from(length)
+                    .ok()
+                    .filter(|&l| l <= LONGEST_BULK)
+                    .ok_or_else(|| format!("a bulk string of {length} bytes"))?;
+                let end = next + length;
+                if buffer.len() < end + 2 {
+                    return Ok(None);
+                }
+                if &buffer[end..end + 2] != b"\r\n" {
+                    return Err("a bulk string longer than it said".into());
+                }
+                (Frame::Bulk(next..end), end + 2)
+            }
+        },
+        b'*' => match integer(&buffer[line])? {
+            -1 => (Frame::Nil, next),
+            count if count < 0 => return Err(format!("an array of {count} items")),
+            _ if depth >= MOST_NESTING => return Err("arrays nested too deep".into()),
+            count => {
+                let mut end = next;
+                for _ in 0..count {
+                    match parse_at(buffer, end, depth + 1)? {
+                        Some((_, item_end)) => end = item_end,
+                        None => return Ok(None),
+                    }
+                }
+                (Frame::Array, end)
+            }
+        },
+        other => return Err(format!("a reply of unknown type {:?}", other as char)),
+    };
+    Ok(Some(frame))
+}
+
+fn integer(text: &[u8]) -> Result<i64, String> {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| format!("{:?} is not an integer", String::from_utf8_lossy(text)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A reply as Redis would send it, for the parser to read back.
+    #[derive(Debug, Clone)]
+    enum Sent {
+        Status(String),
+        Error(String),
+        Integer(i64),
+        Bulk(Vec<u8>),
+        Nil,
+        Array(Vec<Sent>),
+    }
+
+    fn encode(sent: &Sent, out: &mut Vec<u8>) {
+        match sent {
+            Sent::Status(text) => out.extend_from_slice(format!("+{text}\r\n").as_bytes()),
+            Sent::Error(text) => out.extend_from_slice(format!("-{text}\r\n").as_bytes()),
+            Sent::Integer(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
+            Sent::Bulk(bytes) => {
+                out.extend_from_slice(format!("${}\r\n", bytes.len()).as_bytes());
+                out.extend_from_slice(bytes);
+                out.extend_from_slice(b"\r\n");
+            }
+            Sent::Nil => out.extend_from_slice(b"$-1\r\n"),
+            Sent::Array(items) => {
+                out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+                items.iter().for_each(|item| encode(item, out));
+            }
+        }
+    }
+
+    fn sent_strategy() -> impl Strategy<Value = Sent> {
+        let line = "[ -~]{0,20}";
+        let leaf = prop_oneof![
+            line.prop_map(Sent::Status),
+            line.prop_map(Sent::Error),
+            any::<i64>().prop_map(Sent::Integer),
+            // Any bytes, CR and LF included: a bulk string is read by its length.
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(Sent::Bulk),
+            Just(Sent::Nil),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            proptest::collection::vec(inner, 0..4).prop_map(Sent::Array)
+        })
+    }
+
+    fn matches(frame: &Frame, sent: &Sent, buffer: &[u8]) -> bool {
+        match (frame, sent) {
+            (Frame::Status(r), Sent::Status(text)) | (Frame::Error(r), Sent::Error(text)) => {
+                &buffer[r.clone()] == text.as_bytes()
+            }
+            (Frame::Integer(n), Sent::Integer(m)) => n == m,
+            (Frame::Bulk(r), Sent::Bulk(bytes)) => &buffer[r.clone()] == bytes.as_slice(),
+            (Frame::Nil, Sent::Nil) | (Frame::Array, Sent::Array(_)) => true,
+            _ => false,
+        }
+    }
+
+    proptest! {
+        /// Replies back to back are read one at a time, each whole and only once complete:
+        /// every shorter prefix of a reply is "not yet", never an error or another reply.
+        #[test]
+        fn replies_are_read_whole_one_after_another(replies in proptest::collection::vec(sent_strategy(), 1..6)) {
+            let mut stream = Vec::new();
+            replies.iter().for_each(|reply| encode(reply, &mut stream));
+            let mut at = 0;
+            for reply in &replies {
+                let rest = &stream[at..];
+                let (frame, length) = parse(rest).unwrap().expect("a whole reply");
+                prop_assert!(matches(&frame, reply, rest), "{frame:?} for {reply:?}");
+                let mut alone = Vec::new();
+                encode(reply, &mut alone);
+                prop_assert_eq!(length, alone.len());
+                for cut in 0..length {
+                    prop_assert_eq!(parse(&rest[..cut]), Ok(None), "cut at {}", cut);
+                }
+                at += length;
+            }
+            prop_assert_eq!(at, stream.len());
+        }
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_that_say_what_was_wrong() {
+        let nested = format!("{}:1\r\n", "*1\r\n".repeat(MOST_NESTING + 1));
+        for (reply, expected) in [
+            (&b"?what\r\n"[..], "unknown type '?'"),
+            (b"+OK\n", "without CRLF"),
+            (b":12a\r\n", "\"12a\" is not an integer"),
+            (b"$3\r\nabcd\r\n", "longer than it said"),
+            (b"$-2\r\n", "a bulk string of -2 bytes"),
+            (b"$999999999999\r\n", "a bulk string of 999999999999 bytes"),
+            (b"*-5\r\n", "an array of -5 items"),
+            (nested.as_bytes(), "nested too deep"),
+        ] {
+            let error = parse(reply).expect_err(&String::from_utf8_lossy(reply));
+            assert!(error.contains(expected), "{error} for {reply:?}");
+        }
+    }
+
+    #[test]
+    fn a_command_is_an_array_of_bulk_strings() {
+        let mut out = b"before".to_vec();
+        Command::new(&mut out, 3)
+            .arg(b"SET")
+            .arg(b"k")
+            .arg(b"two\r\nlines");
+        assert_eq!(
+            out,
+            b"before*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$10\r\ntwo\r\nlines\r\n"
+        );
+    }
+}

@@ -1,0 +1,294 @@
+//! The worker's pipelined Redis connection: replies reach the calls they answer, in order,
+//! under concurrency, after timeouts and given-up calls; sessions follow the URL; peers that
+//! misbehave (silent, garbage, cut short, gone) fail the calls with what went wrong and the
+//! next call connects again.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::redis_server::RedisServer;
+use futures_util::future::join_all;
+use ratelimit_proxy::store::pipe::{Command, Pipe, Reply, Settings};
+use ratelimit_proxy::store::redis::StoreError;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+
+fn settings(port: u16) -> Settings {
+    Settings {
+        host: "127.0.0.1".into(),
+        port,
+        username: None,
+        password: None,
+        db: 0,
+        connect_timeout: Duration::from_secs(2),
+        timeout: Duration::from_secs(2),
+    }
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_secs(2)
+}
+
+async fn call(pipe: &Pipe, deadline: Instant, arguments: &[&[u8]]) -> Result<Reply, StoreError> {
+    pipe.call(deadline, |out| {
+        let mut command = Command::new(out, arguments.len());
+        for argument in arguments {
+            command.arg(argument);
+        }
+    })
+    .await
+}
+
+fn bulk(text: &str) -> Reply {
+    Reply::Bulk(Bytes::copy_from_slice(text.as_bytes()))
+}
+
+#[tokio::test]
+async fn concurrent_calls_each_get_their_own_reply_of_every_kind() {
+    let server = RedisServer::start();
+    let pipe = Pipe::new(settings(server.port));
+    let calls = (0..600).map(|i| {
+        let pipe = &pipe;
+        async move {
+            let text = i.to_string();
+            let reply = match i % 6 {
+                0 => call(pipe, soon(), &[b"ECHO", text.as_bytes()]).await,
+                1 => call(pipe, soon(), &[b"SET", text.as_bytes(), b"v"]).await,
+                2 => call(pipe, soon(), &[b"INCRBY", b"counter", text.as_bytes()]).await,
+                3 => call(pipe, soon(), &[b"GET", b"missing"]).await,
+                4 => call(pipe, soon(), &[b"NOSUCHCOMMAND", text.as_bytes()]).await,
+                _ => call(pipe, soon(), &[b"MGET", b"a", text.as_bytes()]).await,
+            };
+            (i, reply)
+        }
+    });
+    let mut counter = 0;
+    for (i, reply) in join_all(calls).await {
+        match i % 6 {
+            0 => assert_eq!(reply, Ok(bulk(&i.to_string()))),
+            1 => assert_eq!(reply, Ok(Reply::Status(Bytes::from_static(b"OK")))),
+            2 => {
+                counter += i;
+                assert_eq!(reply, Ok(Reply::Integer(counter)), "call {i}");
+            }
+            3 => assert_eq!(reply, Ok(Reply::Nil)),
+            4 => assert!(
+                matches!(&reply, Err(StoreError::Server(e)) if e.contains("unknown command")),
+                "{reply:?}"
+            ),
+            _ => assert_eq!(reply, Ok(Reply::Array)),
+        }
+    }
+    let clients: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(
+        clients.lines().count(),
+        2,
+        "one connection for all: {clients}"
+    );
+}
+
+#[tokio::test]
+async fn the_session_takes_the_urls_user_password_and_database() {
+    let server = RedisServer::start_with_user("gateway", "s3cret-pw");
+    let pipe = Pipe::new(Settings {
+        username: Some("gateway".into()),
+        password: Some("s3cret-pw".into()),
+        db: 3,
+        ..settings(server.port)
+    });
+    let reply = call(&pipe, soon(), &[b"SET", b"where", b"db3"]).await;
+    assert_eq!(reply, Ok(Reply::Status(Bytes::from_static(b"OK"))));
+    let mut inside = redis::Client::open(format!(
+        "redis://gateway:s3cret-pw@127.0.0.1:{}/3",
+        server.port
+    ))
+    .unwrap()
+    .get_connection()
+    .unwrap();
+    let stored: Option<String> = redis::cmd("GET").arg("where").query(&mut inside).unwrap();
+    assert_eq!(stored.as_deref(), Some("db3"));
+
+    let refused = Pipe::new(Settings {
+        username: Some("gateway".into()),
+        password: Some("wrong-pw".into()),
+        ..settings(server.port)
+    });
+    let error = call(&refused, soon(), &[b"PING"]).await.unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, StoreError::Connection(_)), "{error:?}");
+    assert!(
+        text.contains("AUTH refused") && text.contains("WRONGPASS"),
+        "{text}"
+    );
+    assert!(!text.contains("wrong-pw"), "{text}");
+}
+
+/// A server that reads commands and answers each connection with the given bytes once it has
+/// read `after` commands (counted by their `*` lines), then does what `then` says.
+struct Fake {
+    listener: TcpListener,
+}
+
+impl Fake {
+    async fn start() -> (Fake, u16) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        (Fake { listener }, port)
+    }
+
+    async fn accept(&self) -> TcpStream {
+        self.listener.accept().await.unwrap().0
+    }
+}
+
+/// Reads until `commands` whole PING commands (14 bytes each) have arrived.
+async fn read_pings(stream: &mut TcpStream, commands: usize) {
+    let mut buffer = vec![0; 14 * commands];
+    stream.read_exact(&mut buffer).await.unwrap();
+    assert!(buffer.starts_with(b"*1\r\n$4\r\nPING\r\n"));
+}
+
+async fn ping(pipe: &Pipe, deadline: Instant) -> Result<Reply, StoreError> {
+    call(pipe, deadline, &[b"PING"]).await
+}
+
+#[tokio::test]
+async fn a_silent_server_times_calls_out_at_their_deadline() {
+    let (fake, port) = Fake::start().await;
+    let pipe = Pipe::new(Settings {
+        timeout: Duration::from_millis(150),
+        ..settings(port)
+    });
+    let server = tokio::spawn(async move {
+        let mut stream = fake.accept().await;
+        read_pings(&mut stream, 3).await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let started = Instant::now();
+    let deadline = started + Duration::from_millis(150);
+    let replies = join_all((0..3).map(|_| ping(&pipe, deadline))).await;
+    let waited = started.elapsed();
+    for reply in replies {
+        assert_eq!(reply, Err(StoreError::Timeout(Duration::from_millis(150))));
+    }
+    assert!(waited >= Duration::from_millis(150), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
+    server.abort();
+}
+
+/// The reply to a call that timed out is not handed to the call after it.
+#[tokio::test]
+async fn a_late_reply_goes_to_the_call_it_answers_not_the_next() {
+    let (fake, port) = Fake::start().await;
+    let pipe = Pipe::new(settings(port));
+    let (late, answer) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        let mut stream = fake.accept().await;
+        read_pings(&mut stream, 2).await;
+        let _ = answer.await;
+        stream
+            .write_all(b"$5\r\nfirst\r\n$6\r\nsecond\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let first = ping(&pipe, Instant::now() + Duration::from_millis(50)).await;
+    assert!(matches!(first, Err(StoreError::Timeout(_))), "{first:?}");
+    let second = tokio::spawn(async move { ping(&pipe, soon()).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    late.send(()).unwrap();
+    assert_eq!(second.await.unwrap(), Ok(bulk("second")));
+    server.abort();
+}
+
+/// A caller that gives up (its request went away) keeps its place in the order.
+#[tokio::test]
+async fn a_call_given_up_keeps_its_place_in_the_order() {
+    let server = RedisServer::start();
+    let pipe = Pipe::new(settings(server.port));
+    let given_up = call(&pipe, soon(), &[b"ECHO", b"nobody"]);
+    let kept = call(&pipe, soon(), &[b"ECHO", b"me"]);
+    // The first is polled once (its command queued), then dropped.
+    let mut given_up = Box::pin(given_up);
+    assert!(futures_util::poll!(given_up.as_mut()).is_pending());
+    drop(given_up);
+    assert_eq!(kept.await, Ok(bulk("me")));
+    assert_eq!(
+        call(&pipe, soon(), &[b"ECHO", b"next"]).await,
+        Ok(bulk("next"))
+    );
+}
+
+#[tokio::test]
+async fn garbage_or_a_cut_reply_fails_the_calls_and_the_next_call_connects_again() {
+    let (fake, port) = Fake::start().await;
+    let pipe = Pipe::new(settings(port));
+    let server = tokio::spawn(async move {
+        let mut garbage = fake.accept().await;
+        read_pings(&mut garbage, 1).await;
+        garbage.write_all(b"hello\r\n").await.unwrap();
+        let mut cut = fake.accept().await;
+        read_pings(&mut cut, 1).await;
+        cut.write_all(b"$10\r\nabc").await.unwrap();
+        drop(cut);
+        let mut good = fake.accept().await;
+        read_pings(&mut good, 1).await;
+        good.write_all(b"+PONG\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let garbage = ping(&pipe, soon()).await;
+    assert!(
+        matches!(&garbage, Err(StoreError::Protocol(e)) if e.contains("unknown type 'h'")),
+        "{garbage:?}"
+    );
+    let cut = ping(&pipe, soon()).await;
+    assert!(
+        matches!(&cut, Err(StoreError::Connection(e)) if e.contains("closed")),
+        "{cut:?}"
+    );
+    let good = ping(&pipe, soon()).await;
+    assert_eq!(good, Ok(Reply::Status(Bytes::from_static(b"PONG"))));
+    server.abort();
+}
+
+/// A reply to no command means the order is lost: the connection is dropped, and the next
+/// call connects again.
+#[tokio::test]
+async fn a_reply_nobody_asked_for_closes_the_connection() {
+    let (fake, port) = Fake::start().await;
+    let pipe = Pipe::new(settings(port));
+    let server = tokio::spawn(async move {
+        let mut first = fake.accept().await;
+        read_pings(&mut first, 2).await;
+        first
+            .write_all(b"+ONE\r\n+TWO\r\n+THREE\r\n")
+            .await
+            .unwrap();
+        let mut second = fake.accept().await;
+        read_pings(&mut second, 1).await;
+        second.write_all(b"+AGAIN\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let status = |text: &'static str| Ok(Reply::Status(Bytes::from_static(text.as_bytes())));
+    let (one, two) = tokio::join!(ping(&pipe, soon()), ping(&pipe, soon()));
+    assert_eq!((one, two), (status("ONE"), status("TWO")));
+    assert_eq!(ping(&pipe, soon()).await, status("AGAIN"));
+    server.abort();
+}
+
+#[tokio::test]
+async fn nothing_listening_is_a_connection_error_naming_the_address() {
+    let port = common::redis_server::free_port();
+    let pipe = Pipe::new(settings(port));
+    let error = ping(&pipe, soon()).await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Connection(e) if e.contains(&format!("127.0.0.1:{port}"))),
+        "{error:?}"
+    );
+}
