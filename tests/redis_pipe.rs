@@ -182,6 +182,37 @@ async fn a_silent_server_times_calls_out_at_their_deadline() {
     server.abort();
 }
 
+/// A server that stays silent long past a deadline is given up: the next call finds the
+/// connection stalled and fails at once, and the call after it connects again (to a server
+/// that answers).
+#[tokio::test]
+async fn a_connection_silent_long_past_a_deadline_is_replaced() {
+    let (fake, port) = Fake::start().await;
+    let pipe = Pipe::new(settings(port));
+    let server = tokio::spawn(async move {
+        let mut silent = fake.accept().await;
+        read_pings(&mut silent, 1).await;
+        let mut answering = fake.accept().await;
+        read_pings(&mut answering, 1).await;
+        answering.write_all(b"+PONG\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let shortly = || Instant::now() + Duration::from_millis(100);
+    assert!(matches!(
+        ping(&pipe, shortly()).await,
+        Err(StoreError::Timeout(_))
+    ));
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let stalled = ping(&pipe, shortly()).await;
+    assert!(
+        matches!(&stalled, Err(StoreError::Connection(e)) if e.contains("no reply from redis for 2s")),
+        "{stalled:?}"
+    );
+    let answered = ping(&pipe, soon()).await;
+    assert_eq!(answered, Ok(Reply::Status(Bytes::from_static(b"PONG"))));
+    server.abort();
+}
+
 /// The reply to a call that timed out is not handed to the call after it.
 #[tokio::test]
 async fn a_late_reply_goes_to_the_call_it_answers_not_the_next() {
@@ -291,4 +322,28 @@ async fn nothing_listening_is_a_connection_error_naming_the_address() {
         matches!(&error, StoreError::Connection(e) if e.contains(&format!("127.0.0.1:{port}"))),
         "{error:?}"
     );
+}
+
+/// A connection's driver runs on the event loop of the call that opened it; when that loop
+/// stops, the next call, from another loop, opens the connection again there.
+#[test]
+fn a_connection_whose_event_loop_stopped_is_opened_again_by_the_next_call() {
+    let server = RedisServer::start();
+    let pipe = Pipe::new(settings(server.port));
+    let event_loop = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = event_loop();
+    let reply = first.block_on(call(&pipe, soon(), &[b"ECHO", b"first"]));
+    assert_eq!(reply, Ok(bulk("first")));
+    drop(first);
+    let second = event_loop();
+    let reply = second.block_on(async {
+        let call = call(&pipe, soon(), &[b"ECHO", b"second"]);
+        tokio::time::timeout(Duration::from_secs(5), call).await
+    });
+    assert_eq!(reply, Ok(Ok(bulk("second"))), "answered, not left waiting");
 }

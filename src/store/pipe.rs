@@ -29,6 +29,10 @@ const MOST_NESTING: usize = 8;
 /// Redis' own limit on a bulk string.
 const LONGEST_BULK: usize = 512 * 1024 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// A connection whose oldest unanswered call is this far past its deadline is given up and
+/// the next call connects again: Redis gone without a FIN (a partition, a failed-over
+/// address) would otherwise hold every call until TCP gives up, many minutes later.
+const STALLED_FOR: Duration = Duration::from_secs(2);
 
 /// Where to connect and how to open a session there.
 #[derive(Clone)]
@@ -260,6 +264,14 @@ impl State {
         earliest
     }
 
+    /// Whether Redis has not answered the oldest call it owes for `STALLED_FOR` past its
+    /// deadline.
+    fn stalled(&mut self, now: Instant) -> bool {
+        let oldest = self.unanswered;
+        self.call(oldest)
+            .is_some_and(|call| call.deadline + STALLED_FOR <= now)
+    }
+
     /// The connection is over: every call still waiting for Redis fails with `error`.
     fn stop(&mut self, error: StoreError) {
         for id in self.unanswered..self.end() {
@@ -333,6 +345,8 @@ struct Connection {
     /// Armed for the earliest deadline of the calls waiting on Redis.
     timer: Pin<Box<Sleep>>,
     armed: bool,
+    /// The calls were told why the connection ended.
+    stopped: bool,
 }
 
 enum Stream {
@@ -351,6 +365,7 @@ impl Connection {
             read: BytesMut::with_capacity(READ_CHUNK),
             timer: Box::pin(tokio::time::sleep_until(Instant::now())),
             armed: false,
+            stopped: false,
         }
     }
 
@@ -369,7 +384,7 @@ impl Connection {
                 state.driver = Some(cx.waker().clone());
             }
         }
-        self.time_out(cx);
+        self.time_out(cx)?;
         if let Stream::Opening(opening) = &mut self.stream {
             match opening.as_mut().poll(cx) {
                 Poll::Ready(stream) => self.stream = Stream::Open(stream?),
@@ -454,16 +469,22 @@ fn deliver(shared: &Shared, read: &mut BytesMut) -> Result<(), StoreError> {
 impl Connection {
     /// Fails the calls whose deadline passed and keeps the timer on the earliest one left.
     /// The timer is only moved when it fires or when nothing armed it, not once per call.
-    fn time_out(&mut self, cx: &mut Context<'_>) {
+    fn time_out(&mut self, cx: &mut Context<'_>) -> Result<(), StoreError> {
         loop {
             if self.armed {
                 if self.timer.as_mut().poll(cx).is_pending() {
-                    return;
+                    return Ok(());
                 }
                 self.armed = false;
             }
+            let now = Instant::now();
             let mut state = self.shared.lock();
-            let earliest = state.expire(Instant::now(), self.shared.settings.timeout);
+            let earliest = state.expire(now, self.shared.settings.timeout);
+            if state.stalled(now) {
+                return Err(StoreError::Connection(format!(
+                    "no reply from redis for {STALLED_FOR:?} past a deadline; connecting again"
+                )));
+            }
             state.timer_armed = earliest.is_some();
             drop(state);
             match earliest {
@@ -471,7 +492,7 @@ impl Connection {
                     self.timer.as_mut().reset(deadline);
                     self.armed = true;
                 }
-                None => return,
+                None => return Ok(()),
             }
         }
     }
@@ -486,8 +507,20 @@ impl Future for Connection {
             Err(error) => {
                 tracing::debug!(%error, "redis connection closed");
                 self.shared.lock().stop(error);
+                self.stopped = true;
                 Poll::Ready(())
             }
+        }
+    }
+}
+
+impl Drop for Connection {
+    /// Dropped unfinished (its event loop is going away), it still frees its calls and lets
+    /// the next call start a driver.
+    fn drop(&mut self) {
+        if !self.stopped {
+            let error = StoreError::Connection("the connection's event loop stopped".into());
+            self.shared.lock().stop(error);
         }
     }
 }
