@@ -530,36 +530,36 @@ async fn an_acl_user_and_password_in_the_url_work_and_stay_secret() {
     assert!(text.contains("127.0.0.1"), "{text}");
 }
 
+/// `rediss://` is verified against `ca_file` (or the system roots, which do not know this
+/// server's CA: Redis is unreachable and `on_error = "deny"` answers 503), unless the URL says
+/// `#insecure`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rediss_with_a_private_ca_works() {
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = rcgen::CertifiedIssuer::self_signed(ca_params, rcgen::KeyPair::generate().unwrap())
-        .unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    let server = RedisServer::start_tls(&leaf.pem(), &key.serialize_pem());
+async fn rediss_is_verified_against_the_ca_file_or_skipped_only_when_the_url_says_insecure() {
+    let (server, ca_pem) = RedisServer::start_tls_with_private_ca();
     let upstream = TestUpstream::ok("ok").await;
-    let store = format!(
-        "backend = \"redis\"\nurl = \"rediss://127.0.0.1:{}/0\"\nca_file = \"ca.pem\"\nkey_prefix = \"tls:\"\ntimeout = \"2s\"\non_error = \"deny\"",
-        server.port
-    );
     let limits = "[[limits]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nrates = [{ limit = 2, per = \"1h\" }]\n";
-    let text = config(&upstream, &store, &[("/", "per-key")], limits);
-    let (gateway, _dir) =
-        TestGateway::start_in_dir("rediss", &[("ca.pem", &ca.pem())], &text).await;
-    assert_eq!(
-        in_a_row(&gateway, 3).await,
-        [
-            StatusCode::OK,
-            StatusCode::OK,
-            StatusCode::TOO_MANY_REQUESTS
-        ],
-        "Redis over TLS decides (on_error = deny would answer 503)"
-    );
+    let decided = [
+        StatusCode::OK,
+        StatusCode::OK,
+        StatusCode::TOO_MANY_REQUESTS,
+    ];
+    for (case, (fragment, ca_file, expected)) in [
+        ("", "ca_file = \"ca.pem\"\n", decided),
+        ("#insecure", "", decided),
+        ("", "", [StatusCode::SERVICE_UNAVAILABLE; 3]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let store = format!(
+            "backend = \"redis\"\nurl = \"rediss://127.0.0.1:{}/0{fragment}\"\n{ca_file}key_prefix = \"tls{case}:\"\ntimeout = \"2s\"\non_error = \"deny\"",
+            server.port
+        );
+        let text = config(&upstream, &store, &[("/", "per-key")], limits);
+        let (gateway, _dir) =
+            TestGateway::start_in_dir("rediss", &[("ca.pem", &ca_pem)], &text).await;
+        assert_eq!(in_a_row(&gateway, 3).await, expected, "case {case}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,12 +5,13 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use common::redis_server::RedisServer;
 use futures_util::future::join_all;
-use ratelimit_proxy::store::pipe::{Command, Pipe, Reply, Settings};
+use ratelimit_proxy::store::pipe::{Command, Pipe, Reply, Settings, Tls};
 use ratelimit_proxy::store::redis::StoreError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -25,6 +26,7 @@ fn settings(port: u16) -> Settings {
         db: 0,
         connect_timeout: Duration::from_secs(2),
         timeout: Duration::from_secs(2),
+        tls: None,
     }
 }
 
@@ -346,4 +348,48 @@ fn a_connection_whose_event_loop_stopped_is_opened_again_by_the_next_call() {
         tokio::time::timeout(Duration::from_secs(5), call).await
     });
     assert_eq!(reply, Ok(Ok(bulk("second"))), "answered, not left waiting");
+}
+
+/// `rediss://`: the server's certificate is verified against the given roots, and calls
+/// pipeline over TLS as over plain TCP; a certificate from another CA is refused.
+#[tokio::test]
+async fn over_tls_the_server_is_verified_and_calls_keep_their_replies() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let (server, ca_pem) = RedisServer::start_tls_with_private_ca();
+    let tls = |ca_pem: &str| {
+        let roots = ratelimit_proxy::tls::upstream::UpstreamTls {
+            ca_certs: vec![CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()],
+            ..Default::default()
+        };
+        Some(Tls {
+            config: Arc::new(ratelimit_proxy::tls::upstream::client_config(&roots).unwrap()),
+            name: ServerName::try_from("127.0.0.1").unwrap(),
+        })
+    };
+    let pipe = Pipe::new(Settings {
+        tls: tls(&ca_pem),
+        ..settings(server.port)
+    });
+    let calls = (0..200).map(|i: usize| {
+        let pipe = &pipe;
+        async move {
+            let text = i.to_string();
+            (i, call(pipe, soon(), &[b"ECHO", text.as_bytes()]).await)
+        }
+    });
+    for (i, reply) in join_all(calls).await {
+        assert_eq!(reply, Ok(bulk(&i.to_string())));
+    }
+
+    let stranger = common::redis_server::private_ca().pem();
+    let refused = Pipe::new(Settings {
+        tls: tls(&stranger),
+        ..settings(server.port)
+    });
+    let error = call(&refused, soon(), &[b"PING"]).await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Connection(e) if e.contains("TLS with 127.0.0.1") && e.contains("invalid peer certificate")),
+        "{error:?}"
+    );
 }

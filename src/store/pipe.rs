@@ -4,7 +4,7 @@
 //! replies in. Beside the redis crate's multiplexed connection, a call makes no channel hop
 //! and no allocation, arms no timer of its own (the driver keeps one for every call it
 //! waits on) and its reply is cut out of the read buffer, not built as a tree of values.
-//! Plain TCP only: `rediss://`, Unix sockets and clusters stay on the crate.
+//! TCP, plain or TLS; a cluster stays on the crate's cluster connection.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -15,11 +15,14 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use super::redis::StoreError;
+use crate::proxy::http1::Stream;
 
 /// Calls waiting on one connection beyond which new ones fail at once: a stalled Redis
 /// with requests arriving faster than the breaker opens must not grow memory without bound.
@@ -46,6 +49,15 @@ pub struct Settings {
     pub connect_timeout: Duration,
     /// The store's call timeout, as a timed-out call reports it.
     pub timeout: Duration,
+    /// For `rediss://`.
+    pub tls: Option<Tls>,
+}
+
+#[derive(Clone)]
+pub struct Tls {
+    pub config: Arc<rustls::ClientConfig>,
+    /// The name the server's certificate must hold: the URL's host.
+    pub name: ServerName<'static>,
 }
 
 /// What Redis answered; an error reply is `StoreError::Server`.
@@ -337,7 +349,7 @@ impl Drop for Pending<'_> {
 /// The driver: one task per open connection, ending with it.
 struct Connection {
     shared: Arc<Shared>,
-    stream: Stream,
+    link: Link,
     /// Commands taken from `State::queued`, written up to `written`.
     writing: Vec<u8>,
     written: usize,
@@ -349,9 +361,9 @@ struct Connection {
     stopped: bool,
 }
 
-enum Stream {
-    Opening(Pin<Box<dyn Future<Output = Result<TcpStream, StoreError>> + Send>>),
-    Open(TcpStream),
+enum Link {
+    Opening(Pin<Box<dyn Future<Output = Result<Stream, StoreError>> + Send>>),
+    Open(Stream),
 }
 
 impl Connection {
@@ -359,7 +371,7 @@ impl Connection {
         let settings = shared.settings.clone();
         Connection {
             shared,
-            stream: Stream::Opening(Box::pin(open(settings))),
+            link: Link::Opening(Box::pin(open(settings))),
             writing: Vec::with_capacity(READ_CHUNK),
             written: 0,
             read: BytesMut::with_capacity(READ_CHUNK),
@@ -385,9 +397,9 @@ impl Connection {
             }
         }
         self.time_out(cx)?;
-        if let Stream::Opening(opening) = &mut self.stream {
+        if let Link::Opening(opening) = &mut self.link {
             match opening.as_mut().poll(cx) {
-                Poll::Ready(stream) => self.stream = Stream::Open(stream?),
+                Poll::Ready(stream) => self.link = Link::Open(stream?),
                 Poll::Pending => return Ok(()),
             }
         }
@@ -396,7 +408,7 @@ impl Connection {
     }
 
     fn write(&mut self, cx: &mut Context<'_>) -> Result<(), StoreError> {
-        let Stream::Open(stream) = &mut self.stream else {
+        let Link::Open(stream) = &mut self.link else {
             return Ok(());
         };
         loop {
@@ -406,7 +418,12 @@ impl Connection {
                 let mut state = self.shared.lock();
                 std::mem::swap(&mut state.queued, &mut self.writing);
                 if self.writing.is_empty() {
-                    return Ok(());
+                    drop(state);
+                    // TLS keeps what the socket did not take; plain TCP has nothing to flush.
+                    return match Pin::new(&mut *stream).poll_flush(cx) {
+                        Poll::Ready(Err(error)) => Err(lost(error)),
+                        _ => Ok(()),
+                    };
                 }
             }
             match Pin::new(&mut *stream).poll_write(cx, &self.writing[self.written..]) {
@@ -419,7 +436,7 @@ impl Connection {
     }
 
     fn read(&mut self, cx: &mut Context<'_>) -> Result<(), StoreError> {
-        let Stream::Open(stream) = &mut self.stream else {
+        let Link::Open(stream) = &mut self.link else {
             return Ok(());
         };
         loop {
@@ -531,13 +548,24 @@ fn lost(error: impl std::fmt::Display) -> StoreError {
 
 /// Connects and opens the session: AUTH and SELECT as the URL asks, within the connect
 /// timeout.
-async fn open(settings: Settings) -> Result<TcpStream, StoreError> {
+async fn open(settings: Settings) -> Result<Stream, StoreError> {
     let address = format!("{}:{}", settings.host, settings.port);
     let opening = async {
-        let mut stream = TcpStream::connect((settings.host.as_str(), settings.port))
+        let tcp = TcpStream::connect((settings.host.as_str(), settings.port))
             .await
             .map_err(|e| StoreError::Connection(format!("cannot connect to {address}: {e}")))?;
-        stream.set_nodelay(true).map_err(lost)?;
+        tcp.set_nodelay(true).map_err(lost)?;
+        let mut stream = match &settings.tls {
+            None => Stream::Plain(tcp),
+            Some(tls) => {
+                let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                let io = TokioIo::new(TokioIo::new(tcp));
+                let tls = connector.connect(tls.name.clone(), io).await.map_err(|e| {
+                    StoreError::Connection(format!("TLS with {address} failed: {e}"))
+                })?;
+                Stream::Tls(Box::new(tls))
+            }
+        };
         handshake(&mut stream, &settings).await?;
         Ok(stream)
     };
@@ -550,7 +578,10 @@ async fn open(settings: Settings) -> Result<TcpStream, StoreError> {
     }
 }
 
-async fn handshake(stream: &mut TcpStream, settings: &Settings) -> Result<(), StoreError> {
+async fn handshake(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    settings: &Settings,
+) -> Result<(), StoreError> {
     let mut commands = Vec::new();
     let mut steps = Vec::new();
     if let Some(password) = &settings.password {
@@ -572,6 +603,7 @@ async fn handshake(stream: &mut TcpStream, settings: &Settings) -> Result<(), St
         return Ok(());
     }
     stream.write_all(&commands).await.map_err(lost)?;
+    stream.flush().await.map_err(lost)?;
     let mut read = BytesMut::with_capacity(512);
     let mut steps = steps.into_iter();
     let mut step = steps.next();

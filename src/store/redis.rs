@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionAddr, IntoConnectionInfo, Script};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::sync::OnceCell;
 
 use super::breaker::Breaker;
@@ -133,12 +134,7 @@ pub struct Outcome {
 enum Connection {
     /// One node over plain TCP: the worker's own pipelined connection.
     Pipe(Pipe),
-    Crate(CrateConnection),
-}
-
-/// `rediss://`, Unix sockets and clusters: the redis crate's connections.
-enum CrateConnection {
-    Single(ConnectionManager),
+    /// A cluster: the redis crate's, which follows slots and redirections.
     Cluster(ClusterConnection),
 }
 
@@ -277,7 +273,7 @@ impl RedisStore {
                         other => return Err(unexpected(&other)),
                     }
                 }
-                Connection::Crate(connection) => {
+                Connection::Cluster(connection) => {
                     let mut command = redis::cmd("HGET");
                     command.arg(hash).arg(field);
                     query(connection, &command).await?
@@ -332,7 +328,7 @@ impl RedisStore {
                 self.invoke_on_pipe(pipe, deadline, requests, limits, now)
                     .await
             }
-            Connection::Crate(connection) => {
+            Connection::Cluster(connection) => {
                 let invoke = self.invoke_on_crate(connection, requests, limits, now);
                 match tokio::time::timeout_at(deadline, invoke).await {
                     Ok(result) => result,
@@ -377,7 +373,7 @@ impl RedisStore {
 
     async fn invoke_on_crate(
         &self,
-        connection: &CrateConnection,
+        connection: &ClusterConnection,
         requests: &[WindowRequest],
         limits: &[&str],
         now: Option<Nanos>,
@@ -392,11 +388,8 @@ impl RedisStore {
             Err(error)
                 if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                // A restarted or flushed Redis: load the script (on every master) and retry once.
-                match connection {
-                    CrateConnection::Single(c) => self.script.load_async(&mut c.clone()).await?,
-                    CrateConnection::Cluster(c) => self.script.load_async(&mut c.clone()).await?,
-                };
+                // A restarted or flushed master: load the script (on every master), retry once.
+                self.script.load_async(&mut connection.clone()).await?;
                 query(connection, &command).await?
             }
             reply => reply?,
@@ -477,69 +470,95 @@ fn unexpected(reply: &Reply) -> StoreError {
 
 async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
     let connect_timeout = config.timeout.max(Duration::from_millis(250));
-    if !config.cluster {
-        let url = config.urls[0].as_str().into_connection_info()?;
-        if let ConnectionAddr::Tcp(host, port) = url.addr() {
-            let session = url.redis_settings();
-            return Ok(Connection::Pipe(Pipe::new(pipe::Settings {
-                host: host.clone(),
-                port: *port,
-                username: session.username().map(str::to_string),
-                password: session.password().map(str::to_string),
-                db: session.db(),
-                connect_timeout,
-                timeout: config.timeout,
-            })));
-        }
-    }
-    Ok(Connection::Crate(
-        connect_crate(config, connect_timeout).await?,
-    ))
-}
-
-async fn connect_crate(
-    config: &RedisConfig,
-    connect_timeout: Duration,
-) -> Result<CrateConnection, StoreError> {
-    let roots =
-        match &config.ca_file {
-            Some(path) => Some(tokio::fs::read(path).await.map_err(|e| {
-                StoreError::Connection(format!("cannot read {}: {e}", path.display()))
-            })?),
-            None => None,
-        };
-    let certificates = |root_cert| redis::TlsCertificates {
-        client_tls: None,
-        root_cert,
-    };
     if config.cluster {
-        let mut builder = ClusterClient::builder(config.urls.iter().map(String::as_str))
-            .connection_timeout(connect_timeout)
-            .response_timeout(config.timeout)
-            .retries(1);
-        if roots.is_some() {
-            builder = builder.certs(certificates(roots));
-        }
-        return Ok(CrateConnection::Cluster(
-            builder.build()?.get_async_connection().await?,
+        return Ok(Connection::Cluster(
+            connect_cluster(config, connect_timeout).await?,
         ));
     }
-    let url = config.urls[0].as_str();
-    let client = match roots {
-        Some(roots) => redis::Client::build_with_tls(url, certificates(Some(roots)))?,
-        None => redis::Client::open(url)?,
+    let url = config.urls[0].as_str().into_connection_info()?;
+    let (host, port, tls) = match url.addr() {
+        ConnectionAddr::Tcp(host, port) => (host, *port, None),
+        ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure,
+            ..
+        } => (host, *port, Some(pipe_tls(config, host, *insecure).await?)),
+        // Unix sockets: the config takes only redis:// and rediss:// URLs.
+        _ => {
+            return Err(StoreError::Connection(
+                "only TCP addresses are supported".into(),
+            ));
+        }
     };
-    let settings = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(connect_timeout))
-        // Every call already runs under `store.timeout`; a second timer per call costs more
-        // than the rest of the crate's send.
-        .set_response_timeout(None)
-        .set_number_of_retries(2)
-        .set_min_delay(Duration::from_millis(10))
-        .set_max_delay(Duration::from_millis(200));
-    Ok(CrateConnection::Single(
-        ConnectionManager::new_lazy_with_config(client, settings)?,
-    ))
+    let session = url.redis_settings();
+    Ok(Connection::Pipe(Pipe::new(pipe::Settings {
+        host: host.clone(),
+        port,
+        username: session.username().map(str::to_string),
+        password: session.password().map(str::to_string),
+        db: session.db(),
+        connect_timeout,
+        timeout: config.timeout,
+        tls,
+    })))
+}
+
+/// TLS for a `rediss://` node: verified against `ca_file` or the system roots, as the redis
+/// crate would; `#insecure` in the URL turns verification off, as it does there.
+async fn pipe_tls(
+    config: &RedisConfig,
+    host: &str,
+    insecure: bool,
+) -> Result<pipe::Tls, StoreError> {
+    let ca_certs = match &config.ca_file {
+        Some(path) => {
+            let pem = tokio::fs::read(path).await.map_err(|e| {
+                StoreError::Connection(format!("cannot read {}: {e}", path.display()))
+            })?;
+            let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&pem).collect();
+            certs.map_err(|e| {
+                StoreError::Connection(format!("{}: not PEM certificates: {e:?}", path.display()))
+            })?
+        }
+        None => Vec::new(),
+    };
+    if insecure {
+        tracing::warn!("rediss:// with #insecure: the Redis server's certificate is not verified");
+    }
+    let settings = crate::tls::upstream::UpstreamTls {
+        ca_certs,
+        sni: None,
+        insecure_skip_verify: insecure,
+    };
+    let client = crate::tls::upstream::client_config(&settings)
+        .map_err(|e| StoreError::Connection(format!("TLS settings: {e}")))?;
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|_| StoreError::Connection(format!("{host} cannot be a TLS server name")))?;
+    Ok(pipe::Tls {
+        config: Arc::new(client),
+        name,
+    })
+}
+
+async fn connect_cluster(
+    config: &RedisConfig,
+    connect_timeout: Duration,
+) -> Result<ClusterConnection, StoreError> {
+    let mut builder = ClusterClient::builder(config.urls.iter().map(String::as_str))
+        .connection_timeout(connect_timeout)
+        .response_timeout(config.timeout)
+        .retries(1);
+    if let Some(path) = &config.ca_file {
+        let roots = tokio::fs::read(path)
+            .await
+            .map_err(|e| StoreError::Connection(format!("cannot read {}: {e}", path.display())))?;
+        builder = builder.certs(redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(roots),
+        });
+    }
+    Ok(builder.build()?.get_async_connection().await?)
 }
 
 /// The 128-bit identity in 22 characters of URL-safe base64 (no `{` or `}`, so it can be the
@@ -561,13 +580,10 @@ fn push_identity(key: &mut String, identity: u128) {
 }
 
 async fn query<T: redis::FromRedisValue>(
-    connection: &CrateConnection,
+    connection: &ClusterConnection,
     command: &redis::Cmd,
 ) -> redis::RedisResult<T> {
-    match connection {
-        CrateConnection::Single(c) => command.query_async(&mut c.clone()).await,
-        CrateConnection::Cluster(c) => command.query_async(&mut c.clone()).await,
-    }
+    command.query_async(&mut connection.clone()).await
 }
 
 /// A window's nine numbers, as `check.lua` reads them: little-endian doubles (exact, every

@@ -40,6 +40,18 @@ impl RedisServer {
         ])
     }
 
+    /// TLS only, with a certificate for 127.0.0.1 from a CA of its own; the CA's PEM.
+    pub fn start_tls_with_private_ca() -> (RedisServer, String) {
+        let ca = private_ca();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])
+            .unwrap()
+            .signed_by(&key, &ca)
+            .unwrap();
+        let server = RedisServer::start_tls(&leaf.pem(), &key.serialize_pem());
+        (server, ca.pem())
+    }
+
     /// TLS only, with a certificate chain and key (PEM); clients need no certificate.
     pub fn start_tls(cert_pem: &str, key_pem: &str) -> RedisServer {
         RedisServer::start_in_mode(&[], Some((cert_pem, key_pem)))
@@ -162,6 +174,13 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A certificate authority of the test's own.
+pub fn private_ca() -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap()
 }
 
 /// Three masters joined into a cluster with `redis-cli --cluster create`.
