@@ -329,11 +329,16 @@ impl RedisStore {
                     .await
             }
             Connection::Cluster(connection) => {
-                let invoke = self.invoke_on_crate(connection, requests, limits, now);
-                match tokio::time::timeout_at(deadline, invoke).await {
-                    Ok(result) => result,
-                    Err(_) => Err(StoreError::Timeout(timeout)),
-                }
+                // Boxed, timer and all: the crate's futures would make every single-node
+                // call as large.
+                let invoke = self.invoke_on_cluster(connection, requests, limits, now);
+                Box::pin(async {
+                    match tokio::time::timeout_at(deadline, invoke).await {
+                        Ok(result) => result,
+                        Err(_) => Err(StoreError::Timeout(timeout)),
+                    }
+                })
+                .await
             }
         }?;
         parse_reply(&reply, requests.len())
@@ -371,7 +376,7 @@ impl RedisStore {
         }
     }
 
-    async fn invoke_on_crate(
+    async fn invoke_on_cluster(
         &self,
         connection: &ClusterConnection,
         requests: &[WindowRequest],
@@ -431,9 +436,17 @@ impl RedisStore {
     /// within the store's timeout.
     async fn connection(&self) -> Result<&Connection, StoreError> {
         let cell = &self.connections[crate::worker::current() % self.connections.len()];
-        if let Some(connection) = cell.get() {
-            return Ok(connection);
+        match cell.get() {
+            Some(connection) => Ok(connection),
+            // Boxed: connecting (a cluster's, TLS) would make every call's future as large.
+            None => Box::pin(self.first_connection(cell)).await,
         }
+    }
+
+    async fn first_connection<'a>(
+        &self,
+        cell: &'a OnceCell<Connection>,
+    ) -> Result<&'a Connection, StoreError> {
         let timeout = self.config.timeout;
         match tokio::time::timeout(timeout, cell.get_or_try_init(|| connect(&self.config))).await {
             Ok(connection) => connection,
