@@ -182,14 +182,14 @@ impl RedisStore {
         self.breaker.is_open()
     }
 
-    /// Appends the key of one window; `limit` is the limit's name.
-    fn push_key(&self, key: &mut String, limit: &str, request: &WindowRequest) {
+    /// Appends what the keys of a limit identity's windows share, up to the window number;
+    /// `limit` is the limit's name.
+    fn push_key_stem(&self, key: &mut String, limit: &str, limit_identity: u128) {
         key.push_str(&self.config.key_prefix);
         key.push_str(limit);
         key.push_str(":{");
-        push_identity(key, request.limit_identity);
+        push_identity(key, limit_identity);
         key.push_str("}:");
-        key.push_str(itoa::Buffer::new().format(request.window));
     }
 
     /// Room for a window's key of `limit`: 22 identity characters, braces and colons, and a
@@ -416,9 +416,24 @@ impl RedisStore {
         command.push(itoa::Buffer::new().format(requests.len()).as_bytes());
         let longest_key = limits.iter().map(|limit| self.key_length(limit)).max();
         let mut key = String::with_capacity(longest_key.unwrap_or(0));
-        for (request, limit) in requests.iter().zip(limits) {
-            key.clear();
-            self.push_key(&mut key, limit, request);
+        // The windows of one limit identity are adjacent: their stem is written once.
+        let mut stem: Option<(u128, &str, usize)> = None;
+        for (request, &limit) in requests.iter().zip(limits) {
+            let stem_length = match stem {
+                Some((identity, name, length))
+                    if identity == request.limit_identity && name == limit =>
+                {
+                    length
+                }
+                _ => {
+                    key.clear();
+                    self.push_key_stem(&mut key, limit, request.limit_identity);
+                    stem = Some((request.limit_identity, limit, key.len()));
+                    key.len()
+                }
+            };
+            key.truncate(stem_length);
+            key.push_str(itoa::Buffer::new().format(request.window));
             command.push(key.as_bytes());
         }
         match now {
