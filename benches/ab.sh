@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Two builds of ratelimit-proxy back to back on one scenario: this tree's release build (A)
+# and another binary (B), each a proxy of its own with the same config, loaded in turn with
+# the same wrk run, ROUNDS times. On this shared machine a change of a few µs per request
+# shows here when compare.sh, which runs each scenario once per round minutes apart, hides it.
+#
+#   benches/ab.sh /tmp/old-build/ratelimit-proxy d      # (d): two Redis limits (default)
+#   ROUNDS=7 DURATION=5s benches/ab.sh /tmp/old a       # (a) proxy only; c: 2 memory limits
+#
+# Prints, per round, each build's req/s and CPU µs per request (utime+stime from /proc), then
+# the medians. Build B with e.g. `git worktree add /tmp/old <commit> && cd /tmp/old && cargo
+# build --release`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OTHER=${1:?usage: benches/ab.sh OTHER_BINARY [a|c|d]}
+SCENARIO=${2:-d}
+ROUNDS=${ROUNDS:-5}
+DURATION=${DURATION:-8s}
+CONNS=${CONNS:-50}
+WORKERS=${WORKERS:-1}
+[ -x "$OTHER" ] || { echo "$OTHER is not an executable" >&2; exit 1; }
+
+source benches/common.sh
+ensure_tools wrk
+[ "$SCENARIO" = d ] && ensure_tools redis-server
+
+UPSTREAM_PORT=$(free_port)
+"$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
+# As compare.sh's (a), (c) and (d): (c) and (d) with the edge layer on.
+EDGE=$'[edge]\nrate = "1000000/s"'
+case $SCENARIO in
+  a) STORE=""; ROUTE="" ;;
+  c) STORE=$EDGE$'\n[store]\nhash_secret = "bench"'; ROUTE=$TWO_LIMITS ;;
+  d) start_redis
+     STORE=$EDGE$'\n[store]\nhash_secret = "bench"\nbackend = "redis"\nurl = "redis://127.0.0.1:'"$REDIS_PORT"$'/0"\ntimeout = "100ms"'
+     ROUTE=$TWO_LIMITS ;;
+  *) echo "unknown scenario $SCENARIO: expected a, c or d" >&2; exit 1 ;;
+esac
+
+# start NAME BINARY: a proxy with the scenario's config; sets PORT and PID.
+start() {
+  PORT=$(free_port)
+  printf '[server]\nlisten = ["127.0.0.1:%s"]\nworkers = %s\n%s\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n%s\n' \
+    "$PORT" "$WORKERS" "$STORE" "$UPSTREAM_PORT" "$ROUTE" > "$WORK/$1.toml"
+  RUST_LOG=warn "$2" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  PID=$!; PIDS+=($PID)
+  wait_port "$PORT"
+}
+start A "$BIN"; A_PORT=$PORT; A_PID=$PID
+start B "$OTHER"; B_PORT=$PORT; B_PID=$PID
+
+# measure PORT PID: "req/s cpu_us" of one wrk run after a 2 s warm-up.
+measure() {
+  local url="http://127.0.0.1:$1/bench"
+  wrk -t1 -c"$CONNS" -d2s -H "x-api-key: bench" "$url" >/dev/null
+  local before; before=$(cpu_ticks "$2")
+  wrk -t1 -c"$CONNS" -d"$DURATION" -H "x-api-key: bench" "$url" >"$WORK/run.txt"
+  local after; after=$(cpu_ticks "$2")
+  awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" '
+    /requests in/ {n=$1} /Requests\/sec/ {rps=$2}
+    END { if (n == 0) exit 1; printf "%.0f %.1f\n", rps, t / hz * 1e6 / n }' "$WORK/run.txt"
+}
+
+echo "scenario ($SCENARIO), wrk -t1 -c$CONNS -d$DURATION, $ROUNDS rounds, workers = $WORKERS"
+echo "A = $BIN (this tree), B = $OTHER"
+A_CPU=(); B_CPU=()
+for round in $(seq "$ROUNDS"); do
+  read -r b_rps b_cpu < <(measure "$B_PORT" "$B_PID")
+  read -r a_rps a_cpu < <(measure "$A_PORT" "$A_PID")
+  printf 'round %d: A %6s req/s %6s µs/req   B %6s req/s %6s µs/req\n' "$round" "$a_rps" "$a_cpu" "$b_rps" "$b_cpu"
+  A_CPU+=("$a_cpu"); B_CPU+=("$b_cpu")
+done
+median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
+a=$(median "${A_CPU[@]}"); b=$(median "${B_CPU[@]}")
+echo "median CPU µs/req: A $a, B $b (A/B $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}'))"
