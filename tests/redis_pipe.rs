@@ -315,6 +315,66 @@ async fn a_reply_nobody_asked_for_closes_the_connection() {
     server.abort();
 }
 
+/// After a failover the old primary answers writes with READONLY: the call gets that error
+/// and the next call connects again (to whatever the name resolves to now).
+#[tokio::test]
+async fn a_replica_answering_readonly_is_left_for_a_new_connection() {
+    let (fake, port) = Fake::start().await;
+    let pipe = Pipe::new(settings(port));
+    let server = tokio::spawn(async move {
+        let mut demoted = fake.accept().await;
+        read_pings(&mut demoted, 1).await;
+        demoted
+            .write_all(b"-READONLY You can't write against a read only replica.\r\n")
+            .await
+            .unwrap();
+        let mut promoted = fake.accept().await;
+        read_pings(&mut promoted, 1).await;
+        promoted.write_all(b"+PONG\r\n").await.unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let refused = ping(&pipe, soon()).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Server(e)) if e.starts_with("READONLY")),
+        "{refused:?}"
+    );
+    let answered = ping(&pipe, soon()).await;
+    assert_eq!(answered, Ok(Reply::Status(Bytes::from_static(b"PONG"))));
+    server.abort();
+
+    // A real replica says it the same way, scripts included.
+    let primary = RedisServer::start();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    let pipe = Pipe::new(settings(replica.port));
+    let script = b"return redis.call('SET', KEYS[1], '1')";
+    let refused = call(&pipe, soon(), &[b"EVAL", script, b"1", b"k"]).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Server(e)) if e.starts_with("READONLY")),
+        "{refused:?}"
+    );
+    let accepted = || -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query(&mut replica.connection())
+            .unwrap();
+        let line = info
+            .lines()
+            .find(|l| l.starts_with("total_connections_received:"));
+        line.and_then(|l| l.split(':').nth(1)?.trim().parse().ok())
+            .unwrap()
+    };
+    let before = accepted();
+    assert_eq!(
+        ping(&pipe, soon()).await,
+        Ok(Reply::Status(Bytes::from_static(b"PONG")))
+    );
+    assert_eq!(
+        accepted() - before,
+        2,
+        "the pipe's new connection and this look"
+    );
+}
+
 #[tokio::test]
 async fn nothing_listening_is_a_connection_error_naming_the_address() {
     let port = common::redis_server::free_port();

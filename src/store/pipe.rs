@@ -478,7 +478,15 @@ fn deliver(shared: &Shared, read: &mut BytesMut) -> Result<(), StoreError> {
                 Ok(Reply::Array)
             }
         };
+        let replica = matches!(&result, Err(StoreError::Server(e)) if e.starts_with("READONLY"));
         state.answer(result)?;
+        if replica {
+            // The node was demoted in a failover; connecting again (the name resolved anew)
+            // finds the new primary.
+            return Err(StoreError::Connection(
+                "redis answered READONLY: a replica now; connecting again".into(),
+            ));
+        }
     }
     Ok(())
 }
