@@ -184,32 +184,32 @@ async fn a_silent_server_times_calls_out_at_their_deadline() {
     server.abort();
 }
 
-/// A server that stays silent long past a deadline is given up: the next call finds the
-/// connection stalled and fails at once, and the call after it connects again (to a server
-/// that answers).
+/// A server that stays silent long past a deadline is given up: 2 s after the deadline of
+/// the oldest call it owes, the connection is closed (no call need come to notice), and the
+/// next call connects again, here to a server that answers.
 #[tokio::test]
 async fn a_connection_silent_long_past_a_deadline_is_replaced() {
     let (fake, port) = Fake::start().await;
     let pipe = Pipe::new(settings(port));
+    let (closed, closing) = tokio::sync::oneshot::channel();
     let server = tokio::spawn(async move {
         let mut silent = fake.accept().await;
         read_pings(&mut silent, 1).await;
+        let _ = closed.send(silent.read(&mut [0; 16]).await.ok());
         let mut answering = fake.accept().await;
         read_pings(&mut answering, 1).await;
         answering.write_all(b"+PONG\r\n").await.unwrap();
         tokio::time::sleep(Duration::from_secs(30)).await;
     });
-    let shortly = || Instant::now() + Duration::from_millis(100);
+    let deadline = Instant::now() + Duration::from_millis(100);
     assert!(matches!(
-        ping(&pipe, shortly()).await,
+        ping(&pipe, deadline).await,
         Err(StoreError::Timeout(_))
     ));
-    tokio::time::sleep(Duration::from_millis(2100)).await;
-    let stalled = ping(&pipe, shortly()).await;
-    assert!(
-        matches!(&stalled, Err(StoreError::Connection(e)) if e.contains("no reply from redis for 2s")),
-        "{stalled:?}"
-    );
+    assert_eq!(closing.await.unwrap(), Some(0), "closed by the gateway");
+    let waited = deadline.elapsed();
+    assert!(waited >= Duration::from_secs(2), "{waited:?}");
+    assert!(waited < Duration::from_secs(5), "{waited:?}");
     let answered = ping(&pipe, soon()).await;
     assert_eq!(answered, Ok(Reply::Status(Bytes::from_static(b"PONG"))));
     server.abort();
@@ -451,5 +451,34 @@ async fn over_tls_the_server_is_verified_and_calls_keep_their_replies() {
     assert!(
         matches!(&error, StoreError::Connection(e) if e.contains("TLS with 127.0.0.1") && e.contains("invalid peer certificate")),
         "{error:?}"
+    );
+}
+
+/// A stalled Redis with calls arriving faster than the breaker opens: at most 10 000 calls
+/// wait on one connection, and the next fails at once instead of growing the queue. Given up,
+/// they still hold their places (their replies are owed) until the connection counts as
+/// stalled; then it is replaced and calls are taken again.
+#[tokio::test]
+async fn calls_beyond_the_most_that_may_wait_fail_at_once() {
+    let (_silent, port) = Fake::start().await;
+    let pipe = Pipe::new(settings(port));
+    let deadline = Instant::now() + Duration::from_millis(300);
+    let mut waiting = Vec::new();
+    for _ in 0..10_000 {
+        let mut call = Box::pin(ping(&pipe, deadline));
+        assert!(futures_util::poll!(call.as_mut()).is_pending());
+        waiting.push(call);
+    }
+    let refused = ping(&pipe, soon()).await;
+    assert!(
+        matches!(&refused, Err(StoreError::Connection(e)) if e.contains("10000 calls already waiting")),
+        "{refused:?}"
+    );
+    drop(waiting);
+    tokio::time::sleep_until(deadline + Duration::from_millis(2100)).await;
+    let after = ping(&pipe, Instant::now() + Duration::from_millis(50)).await;
+    assert!(
+        matches!(after, Err(StoreError::Timeout(_))),
+        "room again: {after:?}"
     );
 }

@@ -276,12 +276,11 @@ impl State {
         earliest
     }
 
-    /// Whether Redis has not answered the oldest call it owes for `STALLED_FOR` past its
-    /// deadline.
-    fn stalled(&mut self, now: Instant) -> bool {
+    /// When the connection counts as stalled: `STALLED_FOR` past the deadline of the oldest
+    /// call Redis has not answered (waited for or given up: either way its reply is owed).
+    fn stalled_at(&mut self) -> Option<Instant> {
         let oldest = self.unanswered;
-        self.call(oldest)
-            .is_some_and(|call| call.deadline + STALLED_FOR <= now)
+        self.call(oldest).map(|call| call.deadline + STALLED_FOR)
     }
 
     /// The connection is over: every call still waiting for Redis fails with `error`.
@@ -492,32 +491,37 @@ fn deliver(shared: &Shared, read: &mut BytesMut) -> Result<(), StoreError> {
 }
 
 impl Connection {
-    /// Fails the calls whose deadline passed and keeps the timer on the earliest one left.
-    /// The timer is only moved when it fires or when nothing armed it, not once per call.
+    /// Fails the calls whose deadline passed, gives the connection up when it stalled, and
+    /// keeps the timer on whichever comes first next. The timer is only moved when it fires
+    /// or when a call came that it does not cover, not once per call.
     fn time_out(&mut self, cx: &mut Context<'_>) -> Result<(), StoreError> {
         loop {
-            if self.armed {
-                if self.timer.as_mut().poll(cx).is_pending() {
-                    return Ok(());
-                }
-                self.armed = false;
+            let covered = self.shared.lock().timer_armed;
+            if self.armed && covered && self.timer.as_mut().poll(cx).is_pending() {
+                return Ok(());
             }
             let now = Instant::now();
             let mut state = self.shared.lock();
             let earliest = state.expire(now, self.shared.settings.timeout);
-            if state.stalled(now) {
+            let stalled_at = state.stalled_at();
+            if stalled_at.is_some_and(|at| at <= now) {
                 return Err(StoreError::Connection(format!(
                     "no reply from redis for {STALLED_FOR:?} past a deadline; connecting again"
                 )));
             }
+            // Armed for a stall alone, the timer does not cover a new call's deadline.
             state.timer_armed = earliest.is_some();
             drop(state);
-            match earliest {
-                Some(deadline) => {
-                    self.timer.as_mut().reset(deadline);
-                    self.armed = true;
-                }
-                None => return Ok(()),
+            let Some(wake_at) = [earliest, stalled_at].into_iter().flatten().min() else {
+                self.armed = false;
+                return Ok(());
+            };
+            if !self.armed || self.timer.deadline() != wake_at {
+                self.timer.as_mut().reset(wake_at);
+            }
+            self.armed = true;
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Ok(());
             }
         }
     }
