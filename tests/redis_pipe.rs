@@ -482,3 +482,24 @@ async fn calls_beyond_the_most_that_may_wait_fail_at_once() {
         "room again: {after:?}"
     );
 }
+
+/// Polled off any tokio event loop, a call has nowhere to start its driver: an error, not a
+/// panic; the same pipe works on an event loop afterwards.
+#[test]
+fn a_call_off_an_event_loop_is_an_error() {
+    let server = RedisServer::start();
+    let pipe = Pipe::new(settings(server.port));
+    let mut call = std::pin::pin!(ping(&pipe, soon()));
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    let answer = std::future::Future::poll(call.as_mut(), &mut context);
+    assert!(
+        matches!(&answer, std::task::Poll::Ready(Err(StoreError::Connection(e))) if e.contains("outside a tokio event loop")),
+        "{answer:?}"
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let reply = runtime.block_on(ping(&pipe, soon()));
+    assert_eq!(reply, Ok(Reply::Status(Bytes::from_static(b"PONG"))));
+}

@@ -153,7 +153,7 @@ impl Pipe {
     }
 
     /// Sends the command `write` appends (see `Command`) and waits for its reply until
-    /// `deadline`. Must be called on a tokio runtime: the first call spawns the driver there.
+    /// `deadline`. The first call starts the driver on its own tokio event loop.
     pub async fn call(
         &self,
         deadline: Instant,
@@ -179,6 +179,14 @@ impl Pipe {
                 "{MOST_WAITING} calls already waiting for redis"
             )));
         }
+        // The driver starts on the caller's event loop; off one, the call fails, not panics.
+        let runtime =
+            match state.driver_running {
+                true => None,
+                false => Some(tokio::runtime::Handle::try_current().map_err(|_| {
+                    StoreError::Connection("called outside a tokio event loop".into())
+                })?),
+            };
         let nothing_queued = state.queued.is_empty();
         write(&mut state.queued);
         let id = state.first + state.calls.len() as u64;
@@ -186,9 +194,9 @@ impl Pipe {
             deadline,
             state: CallState::Waiting(None),
         });
-        if !state.driver_running {
+        if let Some(runtime) = runtime {
             state.driver_running = true;
-            tokio::spawn(Connection::new(self.shared.clone()));
+            runtime.spawn(Connection::new(self.shared.clone()));
         } else if nothing_queued || !state.timer_armed {
             // Queued commands mean the driver is already on its way to write them; an
             // unarmed timer, that it must arm for this call.
