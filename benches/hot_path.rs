@@ -112,10 +112,7 @@ fn limits_decision(c: &mut Criterion) {
         per: Duration::from_secs(60),
         burst: limit,
     };
-    let window = |rate: Rate, name: &str| Window {
-        rate,
-        policy: Arc::from(name),
-    };
+    let window = |rate: Rate, name: &str| Window::new(rate, Arc::from(name));
     let rule = |name: &str, key: Vec<KeyPart>, algorithm| LimitRule {
         name: Arc::from(name),
         key,

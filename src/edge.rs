@@ -119,6 +119,7 @@ impl EdgeLayer {
                     window: rate.per,
                     remaining: 0,
                     reset,
+                    policy_item: None,
                 },
                 retry_after,
             },

@@ -9,7 +9,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use smallvec::SmallVec;
 
 use crate::config::ResponseStyle;
-use crate::limit::RateStatus;
+use crate::limit::{RateStatus, push_policy_item, whole_seconds};
 
 pub use crate::body::ResponseBody;
 
@@ -220,8 +220,10 @@ pub fn insert_rate_headers(
             if i > 0 {
                 text.push_str(", ");
             }
-            push_item(&mut text, &status.policy, ";q=", status.limit);
-            push_number(&mut text, ";w=", whole_seconds(status.window).max(1));
+            match &status.policy_item {
+                Some(item) => text.push_str(item),
+                None => push_policy_item(&mut text, &status.policy, status.limit, status.window),
+            }
         }
         end_value(&text, RATELIMIT_POLICY);
         push_item(&mut text, &first.policy, ";r=", first.remaining);
@@ -249,11 +251,6 @@ fn push_item(out: &mut String, name: &str, key: &str, value: u64) {
 fn push_number(out: &mut String, key: &str, value: u64) {
     out.push_str(key);
     out.push_str(itoa::Buffer::new().format(value));
-}
-
-/// Rounded up: a client that waits this long is never early.
-fn whole_seconds(duration: Duration) -> u64 {
-    duration.as_nanos().div_ceil(1_000_000_000) as u64
 }
 
 pub const X_RATELIMIT_LIMIT: http::HeaderName = http::HeaderName::from_static("x-ratelimit-limit");
@@ -407,16 +404,27 @@ mod tests {
 
     #[test]
     fn rate_limited_rounds_waits_up_and_sends_both_header_families() {
-        let status = |policy: &str, limit, window, remaining, reset_ms| RateStatus {
-            policy: policy.into(),
-            limit,
-            window: Duration::from_secs(window),
-            remaining,
-            reset: Duration::from_millis(reset_ms),
+        // The first window's policy item was written at load, the second's is formatted
+        // here: the header reads the same either way.
+        let status = |policy: &str, limit, window, remaining, reset_ms, at_load: bool| {
+            let rate = crate::limit::Rate {
+                limit,
+                per: Duration::from_secs(window),
+                burst: limit,
+            };
+            RateStatus {
+                policy: policy.into(),
+                limit,
+                window: rate.per,
+                remaining,
+                reset: Duration::from_millis(reset_ms),
+                policy_item: at_load
+                    .then(|| crate::limit::rules::Window::new(rate, policy.into()).policy_item),
+            }
         };
         let statuses = [
-            status("per-key-1m", 100, 60, 0, 1500),
-            status("per-key-1d", 5000, 86400, 4000, 86_000_000),
+            status("per-key-1m", 100, 60, 0, 1500, true),
+            status("per-key-1d", 5000, 86400, 4000, 86_000_000, false),
         ];
         let denial = Denial {
             policy: "per-key",

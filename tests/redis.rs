@@ -290,6 +290,12 @@ async fn redis_killed_mid_load_each_limit_follows_its_on_error_and_recovers_with
     }
     assert_eq!(count(&local, StatusCode::OK), 5, "{local:?}");
     assert_eq!(count(&local, StatusCode::TOO_MANY_REQUESTS), 3);
+    // And says so: the local share is the policy the client is told.
+    let (response, _) = call(&gateway, "/local", "fresh-key").await;
+    assert_eq!(
+        response.headers()["ratelimit-policy"],
+        "\"local\";q=5;w=3600"
+    );
 
     // The breaker is open by now: no request waits for the store.
     for path in ["/open", "/closed", "/local"] {

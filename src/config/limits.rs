@@ -426,10 +426,7 @@ fn windows(
             } else {
                 format!("{limit}-{}", format_per(rate.per))
             };
-            Window {
-                rate: *rate,
-                policy: Arc::from(policy),
-            }
+            Window::new(*rate, Arc::from(policy))
         })
         .collect()
 }

@@ -511,5 +511,6 @@ fn status_of(window: &Window, rate: &Rate, check: &WindowCheck) -> RateStatus {
         window: rate.per,
         remaining,
         reset,
+        policy_item: (*rate == window.rate).then(|| window.policy_item.clone()),
     }
 }

@@ -49,6 +49,26 @@ pub struct RateStatus {
     pub remaining: u64,
     /// Until the full quota is back.
     pub reset: Duration,
+    /// This policy, limit and window as a `RateLimit-Policy` item, when written at load
+    /// (`rules::Window`); None where the rate is decided per request (the edge's, an outage's
+    /// local share), which is formatted when answered.
+    pub policy_item: Option<Arc<str>>,
+}
+
+/// Appends `"policy";q=limit;w=window`, one item of `RateLimit-Policy` (the window in whole
+/// seconds, at least 1).
+pub fn push_policy_item(out: &mut String, policy: &str, limit: u64, window: Duration) {
+    out.push('"');
+    out.push_str(policy);
+    out.push_str("\";q=");
+    out.push_str(itoa::Buffer::new().format(limit));
+    out.push_str(";w=");
+    out.push_str(itoa::Buffer::new().format(whole_seconds(window).max(1)));
+}
+
+/// Rounded up: a client that waits this long is never early.
+pub fn whole_seconds(duration: Duration) -> u64 {
+    duration.as_nanos().div_ceil(1_000_000_000) as u64
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -14,6 +14,20 @@ use crate::ip_set::IpSet;
 pub struct Window {
     pub rate: Rate,
     pub policy: Arc<str>,
+    /// Its `RateLimit-Policy` item, written once: it goes on every limited response.
+    pub policy_item: Arc<str>,
+}
+
+impl Window {
+    pub fn new(rate: Rate, policy: Arc<str>) -> Window {
+        let mut item = String::new();
+        super::push_policy_item(&mut item, &policy, rate.limit, rate.per);
+        Window {
+            rate,
+            policy,
+            policy_item: Arc::from(item),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

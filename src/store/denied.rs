@@ -124,6 +124,7 @@ mod tests {
                 window: Duration::from_secs(60),
                 remaining: 0,
                 reset: Duration::from_secs(30),
+                policy_item: None,
             }],
         }
     }
