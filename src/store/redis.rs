@@ -132,7 +132,7 @@ pub struct Outcome {
 }
 
 enum Connection {
-    /// One node over plain TCP: the worker's own pipelined connection.
+    /// One node over TCP, plain or TLS: the worker's own pipelined connection.
     Pipe(Pipe),
     /// A cluster: the redis crate's, which follows slots and redirections.
     Cluster(ClusterConnection),
@@ -254,25 +254,7 @@ impl RedisStore {
         let deadline = tokio::time::Instant::now() + self.config.timeout;
         let read = async {
             let tier: Option<String> = match self.connection().await? {
-                Connection::Pipe(pipe) => {
-                    let reply = pipe
-                        .call(deadline, |out| {
-                            pipe::Command::new(out, 3)
-                                .arg(b"HGET")
-                                .arg(hash.as_bytes())
-                                .arg(field);
-                        })
-                        .await?;
-                    match reply {
-                        Reply::Nil => None,
-                        Reply::Bulk(tier) => {
-                            Some(String::from_utf8(tier.to_vec()).map_err(|_| {
-                                StoreError::Protocol("a tier that is not UTF-8".into())
-                            })?)
-                        }
-                        other => return Err(unexpected(&other)),
-                    }
-                }
+                Connection::Pipe(pipe) => hget_on_pipe(pipe, deadline, hash, field).await?,
                 Connection::Cluster(connection) => {
                     let mut command = redis::cmd("HGET");
                     command.arg(hash).arg(field);
@@ -313,8 +295,8 @@ impl RedisStore {
         }
     }
 
-    /// One script call under the timeout: the pipe's driver keeps it, the crate's
-    /// connections are given a timer.
+    /// One script call under the timeout: the pipe's driver keeps it, a cluster call is
+    /// given a timer.
     async fn call(
         &self,
         requests: &[WindowRequest],
@@ -492,6 +474,27 @@ impl Arguments for pipe::Command<'_> {
     }
 }
 
+async fn hget_on_pipe(
+    pipe: &Pipe,
+    deadline: tokio::time::Instant,
+    hash: &str,
+    field: &[u8],
+) -> Result<Option<String>, StoreError> {
+    let hget = |out: &mut Vec<u8>| {
+        pipe::Command::new(out, 3)
+            .arg(b"HGET")
+            .arg(hash.as_bytes())
+            .arg(field);
+    };
+    match pipe.call(deadline, hget).await? {
+        Reply::Nil => Ok(None),
+        Reply::Bulk(value) => String::from_utf8(value.to_vec())
+            .map(Some)
+            .map_err(|_| StoreError::Protocol("a tier that is not UTF-8".into())),
+        other => Err(unexpected(&other)),
+    }
+}
+
 fn unexpected(reply: &Reply) -> StoreError {
     StoreError::Protocol(format!("unexpected reply {reply:?}"))
 }
@@ -545,9 +548,17 @@ async fn pipe_tls(
                 StoreError::Connection(format!("cannot read {}: {e}", path.display()))
             })?;
             let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&pem).collect();
-            certs.map_err(|e| {
+            let certs = certs.map_err(|e| {
                 StoreError::Connection(format!("{}: not PEM certificates: {e:?}", path.display()))
-            })?
+            })?;
+            // Empty would mean the system roots: never what a ca_file asks for.
+            if certs.is_empty() {
+                return Err(StoreError::Connection(format!(
+                    "{}: no PEM certificate in it",
+                    path.display()
+                )));
+            }
+            certs
         }
         None => Vec::new(),
     };
