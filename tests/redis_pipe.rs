@@ -131,10 +131,17 @@ async fn the_session_takes_the_urls_user_password_and_database() {
     assert!(!text.contains("wrong-pw"), "{text}");
 }
 
-/// A server that reads commands and answers each connection with the given bytes once it has
-/// read `after` commands (counted by their `*` lines), then does what `then` says.
+/// A Redis that misbehaves as each test scripts it, on a port of its own.
 struct Fake {
     listener: TcpListener,
+}
+
+/// What a fake does with one connection: reads `pings` PINGs, writes `answer`, then closes
+/// the connection if `close`, or keeps it open for the rest of the test.
+struct Turn {
+    pings: usize,
+    answer: &'static [u8],
+    close: bool,
 }
 
 impl Fake {
@@ -146,6 +153,30 @@ impl Fake {
 
     async fn accept(&self) -> TcpStream {
         self.listener.accept().await.unwrap().0
+    }
+
+    /// Takes one connection per turn, in order.
+    fn serve_in_turn(self, turns: Vec<Turn>) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut open = Vec::new();
+            for turn in turns {
+                let mut stream = self.accept().await;
+                read_pings(&mut stream, turn.pings).await;
+                stream.write_all(turn.answer).await.unwrap();
+                if !turn.close {
+                    open.push(stream);
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        })
+    }
+}
+
+fn turn(pings: usize, answer: &'static [u8]) -> Turn {
+    Turn {
+        pings,
+        answer,
+        close: false,
     }
 }
 
@@ -262,19 +293,14 @@ async fn a_call_given_up_keeps_its_place_in_the_order() {
 async fn garbage_or_a_cut_reply_fails_the_calls_and_the_next_call_connects_again() {
     let (fake, port) = Fake::start().await;
     let pipe = Pipe::new(settings(port));
-    let server = tokio::spawn(async move {
-        let mut garbage = fake.accept().await;
-        read_pings(&mut garbage, 1).await;
-        garbage.write_all(b"hello\r\n").await.unwrap();
-        let mut cut = fake.accept().await;
-        read_pings(&mut cut, 1).await;
-        cut.write_all(b"$10\r\nabc").await.unwrap();
-        drop(cut);
-        let mut good = fake.accept().await;
-        read_pings(&mut good, 1).await;
-        good.write_all(b"+PONG\r\n").await.unwrap();
-        tokio::time::sleep(Duration::from_secs(30)).await;
-    });
+    let server = fake.serve_in_turn(vec![
+        turn(1, b"hello\r\n"),
+        Turn {
+            close: true,
+            ..turn(1, b"$10\r\nabc")
+        },
+        turn(1, b"+PONG\r\n"),
+    ]);
     let garbage = ping(&pipe, soon()).await;
     assert!(
         matches!(&garbage, Err(StoreError::Protocol(e)) if e.contains("unknown type 'h'")),
@@ -296,18 +322,10 @@ async fn garbage_or_a_cut_reply_fails_the_calls_and_the_next_call_connects_again
 async fn a_reply_nobody_asked_for_closes_the_connection() {
     let (fake, port) = Fake::start().await;
     let pipe = Pipe::new(settings(port));
-    let server = tokio::spawn(async move {
-        let mut first = fake.accept().await;
-        read_pings(&mut first, 2).await;
-        first
-            .write_all(b"+ONE\r\n+TWO\r\n+THREE\r\n")
-            .await
-            .unwrap();
-        let mut second = fake.accept().await;
-        read_pings(&mut second, 1).await;
-        second.write_all(b"+AGAIN\r\n").await.unwrap();
-        tokio::time::sleep(Duration::from_secs(30)).await;
-    });
+    let server = fake.serve_in_turn(vec![
+        turn(2, b"+ONE\r\n+TWO\r\n+THREE\r\n"),
+        turn(1, b"+AGAIN\r\n"),
+    ]);
     let status = |text: &'static str| Ok(Reply::Status(Bytes::from_static(text.as_bytes())));
     let (one, two) = tokio::join!(ping(&pipe, soon()), ping(&pipe, soon()));
     assert_eq!((one, two), (status("ONE"), status("TWO")));
@@ -321,18 +339,13 @@ async fn a_reply_nobody_asked_for_closes_the_connection() {
 async fn a_replica_answering_readonly_is_left_for_a_new_connection() {
     let (fake, port) = Fake::start().await;
     let pipe = Pipe::new(settings(port));
-    let server = tokio::spawn(async move {
-        let mut demoted = fake.accept().await;
-        read_pings(&mut demoted, 1).await;
-        demoted
-            .write_all(b"-READONLY You can't write against a read only replica.\r\n")
-            .await
-            .unwrap();
-        let mut promoted = fake.accept().await;
-        read_pings(&mut promoted, 1).await;
-        promoted.write_all(b"+PONG\r\n").await.unwrap();
-        tokio::time::sleep(Duration::from_secs(30)).await;
-    });
+    let server = fake.serve_in_turn(vec![
+        turn(
+            1,
+            b"-READONLY You can't write against a read only replica.\r\n",
+        ),
+        turn(1, b"+PONG\r\n"),
+    ]);
     let refused = ping(&pipe, soon()).await;
     assert!(
         matches!(&refused, Err(StoreError::Server(e)) if e.starts_with("READONLY")),
