@@ -356,8 +356,20 @@ async fn a_replica_answering_readonly_is_left_for_a_new_connection() {
     server.abort();
 
     // A real replica says it the same way, scripts included.
-    let primary = RedisServer::start();
+    let primary = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]);
     let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &primary.port.to_string()]);
+    // Until its first sync is over a replica may answer LOADING instead.
+    let synced = || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica.connection())
+            .unwrap();
+        info.contains("master_link_status:up")
+    };
+    assert!(
+        common::eventually(Duration::from_secs(10), synced).await,
+        "replica never synced"
+    );
     let pipe = Pipe::new(settings(replica.port));
     let script = b"return redis.call('SET', KEYS[1], '1')";
     let refused = call(&pipe, soon(), &[b"EVAL", script, b"1", b"k"]).await;
