@@ -17,8 +17,7 @@ use futures_util::future::join_all;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionAddr, IntoConnectionInfo, Script};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::sync::OnceCell;
 
 use super::breaker::Breaker;
@@ -514,7 +513,7 @@ async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
             port,
             insecure,
             ..
-        } => (host, *port, Some(pipe_tls(config, host, *insecure).await?)),
+        } => (host, *port, Some(pipe_tls(config, host, *insecure)?)),
         // Unix sockets: the config takes only redis:// and rediss:// URLs.
         _ => {
             return Err(StoreError::Connection(
@@ -536,30 +535,13 @@ async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
 }
 
 /// TLS for a `rediss://` node: verified against `ca_file` or the system roots, as the redis
-/// crate would; `#insecure` in the URL turns verification off, as it does there.
-async fn pipe_tls(
-    config: &RedisConfig,
-    host: &str,
-    insecure: bool,
-) -> Result<pipe::Tls, StoreError> {
+/// crate would; `#insecure` in the URL turns verification off, as it does there. The roots
+/// are read once per worker, at its first connection (a small local file, as the config
+/// loader reads it).
+fn pipe_tls(config: &RedisConfig, host: &str, insecure: bool) -> Result<pipe::Tls, StoreError> {
+    // `read_certs` refuses a file without certificates: empty would mean the system roots.
     let ca_certs = match &config.ca_file {
-        Some(path) => {
-            let pem = tokio::fs::read(path).await.map_err(|e| {
-                StoreError::Connection(format!("cannot read {}: {e}", path.display()))
-            })?;
-            let certs: Result<Vec<_>, _> = CertificateDer::pem_slice_iter(&pem).collect();
-            let certs = certs.map_err(|e| {
-                StoreError::Connection(format!("{}: not PEM certificates: {e:?}", path.display()))
-            })?;
-            // Empty would mean the system roots: never what a ca_file asks for.
-            if certs.is_empty() {
-                return Err(StoreError::Connection(format!(
-                    "{}: no PEM certificate in it",
-                    path.display()
-                )));
-            }
-            certs
-        }
+        Some(path) => crate::tls::read_certs(path).map_err(StoreError::Connection)?,
         None => Vec::new(),
     };
     if insecure {
