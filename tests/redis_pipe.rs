@@ -44,6 +44,11 @@ async fn call(pipe: &Pipe, deadline: Instant, arguments: &[&[u8]]) -> Result<Rep
     .await
 }
 
+/// A status reply (`+PONG`), as a call gets it.
+fn status(text: &'static str) -> Result<Reply, StoreError> {
+    Ok(Reply::Status(Bytes::from_static(text.as_bytes())))
+}
+
 fn bulk(text: &str) -> Reply {
     Reply::Bulk(Bytes::copy_from_slice(text.as_bytes()))
 }
@@ -71,7 +76,7 @@ async fn concurrent_calls_each_get_their_own_reply_of_every_kind() {
     for (i, reply) in join_all(calls).await {
         match i % 6 {
             0 => assert_eq!(reply, Ok(bulk(&i.to_string()))),
-            1 => assert_eq!(reply, Ok(Reply::Status(Bytes::from_static(b"OK")))),
+            1 => assert_eq!(reply, status("OK")),
             2 => {
                 counter += i;
                 assert_eq!(reply, Ok(Reply::Integer(counter)), "call {i}");
@@ -105,7 +110,7 @@ async fn the_session_takes_the_urls_user_password_and_database() {
         ..settings(server.port)
     });
     let reply = call(&pipe, soon(), &[b"SET", b"where", b"db3"]).await;
-    assert_eq!(reply, Ok(Reply::Status(Bytes::from_static(b"OK"))));
+    assert_eq!(reply, status("OK"));
     let mut inside = redis::Client::open(format!(
         "redis://gateway:s3cret-pw@127.0.0.1:{}/3",
         server.port
@@ -242,7 +247,7 @@ async fn a_connection_silent_long_past_a_deadline_is_replaced() {
     assert!(waited >= Duration::from_secs(2), "{waited:?}");
     assert!(waited < Duration::from_secs(5), "{waited:?}");
     let answered = ping(&pipe, soon()).await;
-    assert_eq!(answered, Ok(Reply::Status(Bytes::from_static(b"PONG"))));
+    assert_eq!(answered, status("PONG"));
     server.abort();
 }
 
@@ -312,7 +317,7 @@ async fn garbage_or_a_cut_reply_fails_the_calls_and_the_next_call_connects_again
         "{cut:?}"
     );
     let good = ping(&pipe, soon()).await;
-    assert_eq!(good, Ok(Reply::Status(Bytes::from_static(b"PONG"))));
+    assert_eq!(good, status("PONG"));
     server.abort();
 }
 
@@ -326,7 +331,6 @@ async fn a_reply_nobody_asked_for_closes_the_connection() {
         turn(2, b"+ONE\r\n+TWO\r\n+THREE\r\n"),
         turn(1, b"+AGAIN\r\n"),
     ]);
-    let status = |text: &'static str| Ok(Reply::Status(Bytes::from_static(text.as_bytes())));
     let (one, two) = tokio::join!(ping(&pipe, soon()), ping(&pipe, soon()));
     assert_eq!((one, two), (status("ONE"), status("TWO")));
     assert_eq!(ping(&pipe, soon()).await, status("AGAIN"));
@@ -352,7 +356,7 @@ async fn a_replica_answering_readonly_is_left_for_a_new_connection() {
         "{refused:?}"
     );
     let answered = ping(&pipe, soon()).await;
-    assert_eq!(answered, Ok(Reply::Status(Bytes::from_static(b"PONG"))));
+    assert_eq!(answered, status("PONG"));
     server.abort();
 
     // A real replica says it the same way, scripts included.
@@ -389,10 +393,7 @@ async fn a_replica_answering_readonly_is_left_for_a_new_connection() {
             .unwrap()
     };
     let before = accepted();
-    assert_eq!(
-        ping(&pipe, soon()).await,
-        Ok(Reply::Status(Bytes::from_static(b"PONG")))
-    );
+    assert_eq!(ping(&pipe, soon()).await, status("PONG"));
     assert_eq!(
         accepted() - before,
         2,
@@ -417,17 +418,11 @@ async fn nothing_listening_is_a_connection_error_naming_the_address() {
 fn a_connection_whose_event_loop_stopped_is_opened_again_by_the_next_call() {
     let server = RedisServer::start();
     let pipe = Pipe::new(settings(server.port));
-    let event_loop = || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-    };
-    let first = event_loop();
+    let first = common::event_loop();
     let reply = first.block_on(call(&pipe, soon(), &[b"ECHO", b"first"]));
     assert_eq!(reply, Ok(bulk("first")));
     drop(first);
-    let second = event_loop();
+    let second = common::event_loop();
     let reply = second.block_on(async {
         let call = call(&pipe, soon(), &[b"ECHO", b"second"]);
         tokio::time::timeout(Duration::from_secs(5), call).await
@@ -522,10 +517,7 @@ fn a_call_off_an_event_loop_is_an_error() {
         matches!(&answer, std::task::Poll::Ready(Err(StoreError::Connection(e))) if e.contains("outside a tokio event loop")),
         "{answer:?}"
     );
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = common::event_loop();
     let reply = runtime.block_on(ping(&pipe, soon()));
-    assert_eq!(reply, Ok(Reply::Status(Bytes::from_static(b"PONG"))));
+    assert_eq!(reply, status("PONG"));
 }

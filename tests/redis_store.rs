@@ -133,10 +133,7 @@ fn same_answer(memory: &WindowCheck, redis: &WindowCheck) -> bool {
 #[test]
 fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = common::event_loop();
     let store = RedisStore::new(store_config(&server, "diff:"), 1);
     let mut runner = TestRunner::new(ProptestConfig {
         cases: 200,
@@ -261,7 +258,7 @@ fn each_worker_calls_redis_on_its_own_connection() {
             let (store, called) = (store.clone(), called.clone());
             std::thread::spawn(move || {
                 ratelimit_proxy::worker::set(index);
-                let runtime = event_loop();
+                let runtime = common::event_loop();
                 // Reported after the barriers: a panic before them would leave the others
                 // waiting.
                 let errors = runtime.block_on(three_calls(&store));
@@ -285,7 +282,7 @@ fn each_worker_calls_redis_on_its_own_connection() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let store = RedisStore::new(store_config(&server, "w:"), 1);
-    let runtime = event_loop();
+    let runtime = common::event_loop();
     for index in [0, 1] {
         ratelimit_proxy::worker::set(index);
         let errors = runtime.block_on(three_calls(&store));
@@ -293,13 +290,6 @@ fn each_worker_calls_redis_on_its_own_connection() {
     }
     ratelimit_proxy::worker::set(0);
     assert_eq!(clients(), 1, "one worker");
-}
-
-fn event_loop() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Three checks of one window; the errors they met.

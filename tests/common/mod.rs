@@ -297,6 +297,14 @@ pub fn problem(response: &Response<()>, body: &[u8]) -> serde_json::Value {
     json
 }
 
+/// A single-threaded event loop of the test's own, as each serving worker runs.
+pub fn event_loop() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 /// Polls `condition` every 20 ms until it holds or `within` passes.
 pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + within;
