@@ -100,29 +100,41 @@ impl MemoryStore {
     }
 
     fn lock_shards(&self, requests: &[WindowRequest]) -> LockedShards<'_> {
-        let mut indices: Small<usize> = requests.iter().map(|r| shard_of(r.identity)).collect();
-        indices.sort_unstable();
-        indices.dedup();
-        let guards = indices
+        // One bit per shard: the set bits give the shards in ascending order, once each,
+        // without sorting.
+        let touched = requests
             .iter()
-            .map(|&i| (i, lock(&self.shards[i])))
-            .collect();
-        LockedShards { guards }
+            .fold(0u64, |mask, r| mask | 1 << shard_of(r.identity));
+        let mut guards = Small::new();
+        let mut rest = touched;
+        while rest != 0 {
+            guards.push(lock(&self.shards[rest.trailing_zeros() as usize]));
+            rest &= rest - 1;
+        }
+        LockedShards { touched, guards }
     }
 }
 
+const _: () = assert!(
+    SHARDS <= u64::BITS as usize,
+    "lock_shards keeps one bit per shard"
+);
+
 struct LockedShards<'a> {
-    guards: Small<(usize, MutexGuard<'a, Shard>)>,
+    /// A bit per locked shard.
+    touched: u64,
+    /// Their guards, in ascending shard order.
+    guards: Small<MutexGuard<'a, Shard>>,
 }
 
 impl LockedShards<'_> {
     fn shard(&mut self, index: usize) -> &mut Shard {
-        let position = self
-            .guards
-            .iter()
-            .position(|(i, _)| *i == index)
-            .unwrap_or(0);
-        &mut self.guards[position].1
+        debug_assert!(
+            self.touched & 1 << index != 0,
+            "shard {index} is not locked"
+        );
+        let below = self.touched & ((1u64 << index) - 1);
+        &mut self.guards[below.count_ones() as usize]
     }
 }
 
