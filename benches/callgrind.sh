@@ -4,14 +4,18 @@
 # (under valgrind) on loopback, sends 200 warm-up requests on one keep-alive connection, zeroes
 # the counters, sends N more, dumps, and divides. Kernel time is not counted.
 #
-#   benches/callgrind.sh                     # proxy only, 2000 requests
-#   N=5000 EXTRA='[edge]\nrate = "1000000/s"' benches/callgrind.sh
-#   BIN=/tmp/other-build benches/callgrind.sh   # compare two builds
+#   benches/callgrind.sh                     # (a) proxy only, 2000 requests
+#   SCENARIO=d N=3000 benches/callgrind.sh   # compare.sh's scenarios by name: a, b (edge layer),
+#                                            # c (edge + two memory limits), d (the same limits in
+#                                            # a redis-server of its own), denial (one limit, 429)
+#   BIN=/tmp/other-build SCENARIO=c benches/callgrind.sh   # the same for another build
+#   N=5000 EXTRA='[edge]\nrate = "1000000/s"' benches/callgrind.sh   # tables after [server]
 #   ROUTE='limits = ["flood"]\n[[limits]]\nname = "flood"\nkey = ["header:x-api-key"]\nrates = [{ limit = 1, per = "1h" }]' \
-#     STATUS=429 benches/callgrind.sh           # the cost of a denied request
+#     STATUS=429 benches/callgrind.sh           # keys of the route, then more tables
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-2000}
+SCENARIO=${SCENARIO:-}
 EXTRA=${EXTRA:-}
 ROUTE=${ROUTE:-}
 STATUS=${STATUS:-200}
@@ -20,6 +24,20 @@ OVERRIDE_BIN=${BIN:-}
 source benches/common.sh
 ensure_tools valgrind
 BIN=${OVERRIDE_BIN:-$BIN}
+
+EDGE='[edge]\nrate = "1000000/s"'
+case $SCENARIO in
+  "") ;;
+  a) ;;
+  b) EXTRA=$EDGE ;;
+  c) EXTRA="$EDGE\n[store]\nhash_secret = \"bench\""; ROUTE=$TWO_LIMITS ;;
+  d) ensure_tools redis-server; start_redis
+     EXTRA="$EDGE\n[store]\nhash_secret = \"bench\"\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:$REDIS_PORT/0\"\ntimeout = \"100ms\""
+     ROUTE=$TWO_LIMITS ;;
+  denial) ROUTE='limits = ["flood"]\n[[limits]]\nname = "flood"\nkey = ["header:x-api-key"]\nrates = [{ limit = 1, per = "1h" }]'
+     STATUS=429 ;;
+  *) echo "unknown scenario $SCENARIO: expected a, b, c, d or denial" >&2; exit 1 ;;
+esac
 
 UPSTREAM_PORT=$(free_port)
 PROXY_PORT=$(free_port)
@@ -50,4 +68,4 @@ sleep 1
 dump=$(ls "$WORK"/cg.out.* | sort -t. -k3 -n | tail -1)
 instructions=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
 cp "$dump" target/callgrind.out  # for `callgrind_annotate target/callgrind.out`
-echo "$((instructions / N)) user-space instructions per request ($N requests, $(basename "$BIN"))"
+echo "$((instructions / N)) user-space instructions per request ($N requests, $(basename "$BIN")${SCENARIO:+, scenario $SCENARIO})"
