@@ -317,6 +317,32 @@ async fn shutdown_drains_the_requests_of_every_worker_then_stops_them() {
 }
 
 #[tokio::test]
+async fn shutdown_closes_idle_keep_alive_connections_without_waiting_for_the_grace() {
+    let upstream = TestUpstream::ok("ok").await;
+    let gateway = gateway_with(
+        "shutdown_grace = \"10s\"\nidle_timeout = \"60s\"",
+        &upstream,
+    )
+    .await;
+    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
+    assert!(raw_get(&mut stream, "/").await.starts_with("HTTP/1.1 200"));
+
+    let stopped = Instant::now();
+    let serving = gateway.stop();
+    let closed = closed_within(&mut stream, stopped, Duration::from_secs(5)).await;
+    assert!(
+        closed.is_some(),
+        "an idle connection stayed open after shutdown"
+    );
+    assert_serve_returns(serving).await;
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "serving ended only after {:?}, near the grace",
+        stopped.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn dropping_the_gateway_stops_every_worker() {
     let upstream = TestUpstream::ok("ok").await;
     let gateway = gateway_with("workers = 3", &upstream).await;
