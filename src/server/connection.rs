@@ -384,19 +384,36 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
 mod tests {
     use super::*;
 
-    /// Counts its polls; ready once `ready` is set, waking whoever polled it last when set.
-    struct Counted {
-        polls: Arc<AtomicUsize>,
-        ready: Arc<AtomicBool>,
-        waker: Arc<std::sync::Mutex<Option<Waker>>>,
+    /// What a `Counted` future reports: how often it was polled, and a way to make it ready
+    /// and wake whoever polled it last.
+    #[derive(Default)]
+    struct Probe {
+        polls: AtomicUsize,
+        ready: AtomicBool,
+        waker: std::sync::Mutex<Option<Waker>>,
     }
+
+    impl Probe {
+        fn polls(&self) -> usize {
+            self.polls.load(Ordering::Relaxed)
+        }
+
+        /// Fires the future's last waker, ready or not.
+        fn fire(&self, ready: bool) {
+            self.ready.store(ready, Ordering::Relaxed);
+            let waker = self.waker.lock().unwrap().take();
+            waker.expect("the future kept a waker").wake();
+        }
+    }
+
+    struct Counted(Arc<Probe>);
 
     impl Future for Counted {
         type Output = ();
         fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-            self.polls.fetch_add(1, Ordering::Relaxed);
-            *self.waker.lock().unwrap() = Some(cx.waker().clone());
-            if self.ready.load(Ordering::Relaxed) {
+            self.0.polls.fetch_add(1, Ordering::Relaxed);
+            *self.0.waker.lock().unwrap() = Some(cx.waker().clone());
+            if self.0.ready.load(Ordering::Relaxed) {
                 Poll::Ready(())
             } else {
                 Poll::Pending
@@ -404,106 +421,68 @@ mod tests {
         }
     }
 
-    #[test]
-    fn only_when_woken_polls_the_inner_future_after_its_own_wake_or_a_change() {
-        let polls = Arc::new(AtomicUsize::new(0));
-        let ready = Arc::new(AtomicBool::new(false));
-        let inner_waker = Arc::new(std::sync::Mutex::new(None::<Waker>));
-        let mut wrapped = OnlyWhenWoken::new(Counted {
-            polls: polls.clone(),
-            ready: ready.clone(),
-            waker: inner_waker.clone(),
-        });
-        let task_woken = Arc::new(WakeCount::default());
-        let task_waker = Waker::from(task_woken.clone());
-        let mut cx = Context::from_waker(&task_waker);
-
-        assert!(Pin::new(&mut wrapped).poll(&mut cx).is_pending());
-        assert_eq!(
-            polls.load(Ordering::Relaxed),
-            1,
-            "the first poll reaches the inner future"
-        );
-        for _ in 0..5 {
-            assert!(Pin::new(&mut wrapped).poll(&mut cx).is_pending());
-        }
-        assert_eq!(
-            polls.load(Ordering::Relaxed),
-            1,
-            "polls for other wakes stop at the wrapper"
-        );
-
-        ready.store(true, Ordering::Relaxed);
-        let inner = inner_waker
-            .lock()
-            .unwrap()
-            .take()
-            .expect("the inner future kept a waker");
-        inner.wake();
-        assert_eq!(
-            task_woken.0.load(Ordering::Relaxed),
-            1,
-            "the inner wake wakes the task"
-        );
-        assert!(Pin::new(&mut wrapped).poll(&mut cx).is_ready());
-        assert_eq!(polls.load(Ordering::Relaxed), 2);
-
-        ready.store(false, Ordering::Relaxed);
-        assert!(Pin::new(&mut wrapped).poll(&mut cx).is_pending());
-        assert_eq!(polls.load(Ordering::Relaxed), 2);
-        wrapped.change();
-        assert!(Pin::new(&mut wrapped).poll(&mut cx).is_pending());
-        assert_eq!(
-            polls.load(Ordering::Relaxed),
-            3,
-            "a changed future is polled again"
-        );
-        // A second fire on the same task: the waker the first fire used up was given again.
-        let inner = inner_waker
-            .lock()
-            .unwrap()
-            .take()
-            .expect("the inner future kept a waker");
-        inner.wake();
-        assert_eq!(
-            task_woken.0.load(Ordering::Relaxed),
-            2,
-            "the task is woken again"
-        );
-        assert!(Pin::new(&mut wrapped).poll(&mut cx).is_pending());
-        assert_eq!(polls.load(Ordering::Relaxed), 4);
-
-        // The future moves to another task: that task is the one woken from then on.
-        let other_task = Arc::new(WakeCount::default());
-        let other_waker = Waker::from(other_task.clone());
-        let mut other_cx = Context::from_waker(&other_waker);
-        assert!(Pin::new(&mut wrapped).poll(&mut other_cx).is_pending());
-        ready.store(true, Ordering::Relaxed);
-        let inner = inner_waker
-            .lock()
-            .unwrap()
-            .take()
-            .expect("the inner future kept a waker");
-        inner.wake();
-        assert_eq!(
-            other_task.0.load(Ordering::Relaxed),
-            1,
-            "the new task is woken"
-        );
-        assert_eq!(
-            task_woken.0.load(Ordering::Relaxed),
-            2,
-            "the old one is not"
-        );
-        assert!(Pin::new(&mut wrapped).poll(&mut other_cx).is_ready());
-    }
-
     #[derive(Default)]
     struct WakeCount(AtomicUsize);
+
+    impl WakeCount {
+        fn count(&self) -> usize {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
 
     impl Wake for WakeCount {
         fn wake(self: Arc<Self>) {
             self.0.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    #[test]
+    fn only_when_woken_polls_the_inner_future_after_its_own_wake_or_a_change() {
+        let probe = Arc::new(Probe::default());
+        let mut wrapped = OnlyWhenWoken::new(Counted(probe.clone()));
+        let task = Arc::new(WakeCount::default());
+        let task_waker = Waker::from(task.clone());
+        let mut cx = Context::from_waker(&task_waker);
+        let mut poll = |cx: &mut Context<'_>| Pin::new(&mut wrapped).poll(cx);
+
+        assert!(poll(&mut cx).is_pending());
+        assert_eq!(probe.polls(), 1, "the first poll reaches the inner future");
+        for _ in 0..5 {
+            assert!(poll(&mut cx).is_pending());
+        }
+        assert_eq!(
+            probe.polls(),
+            1,
+            "polls for other wakes stop at the wrapper"
+        );
+
+        probe.fire(true);
+        assert_eq!(task.count(), 1, "the inner wake wakes the task");
+        assert!(poll(&mut cx).is_ready());
+        assert_eq!(probe.polls(), 2);
+
+        probe.ready.store(false, Ordering::Relaxed);
+        assert!(poll(&mut cx).is_pending());
+        assert_eq!(probe.polls(), 2);
+        wrapped.change();
+        let mut poll = |cx: &mut Context<'_>| Pin::new(&mut wrapped).poll(cx);
+        assert!(poll(&mut cx).is_pending());
+        assert_eq!(probe.polls(), 3, "a changed future is polled again");
+
+        // A second fire on the same task: the waker the first fire used up was given again.
+        probe.fire(false);
+        assert_eq!(task.count(), 2, "the task is woken again");
+        assert!(poll(&mut cx).is_pending());
+        assert_eq!(probe.polls(), 4);
+
+        // The future moves to another task: that task is the one woken from then on.
+        let other_task = Arc::new(WakeCount::default());
+        let other_waker = Waker::from(other_task.clone());
+        let mut other_cx = Context::from_waker(&other_waker);
+        assert!(poll(&mut other_cx).is_pending());
+        probe.fire(true);
+        assert_eq!(other_task.count(), 1, "the new task is woken");
+        assert_eq!(task.count(), 2, "the old one is not");
+        assert!(poll(&mut other_cx).is_ready());
     }
 }
