@@ -10,6 +10,7 @@
 
 mod admin;
 mod connection;
+mod only_when_woken;
 mod reload;
 
 use std::future::Future;
