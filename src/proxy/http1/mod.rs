@@ -109,17 +109,21 @@ pub struct Connection {
     body: Option<UpstreamBody>,
     chunked: bool,
     upload: Upload,
-    /// The current exchange's deadline for the response head. One timer for the connection's
-    /// life: moving it later is an atomic store while it is armed, where a timer per request
-    /// took a lock to enter tokio's timer wheel and another to leave it.
-    deadline: Pin<Box<Sleep>>,
+    /// The current exchange's deadline for the response head.
+    deadline: Instant,
+    /// One timer for the connection's life (a timer per request took a lock to enter tokio's
+    /// timer wheel and another to leave it), armed at `deadline` or earlier: an exchange whose
+    /// deadline is later leaves it as it is, and a timer that fires early is moved on to the
+    /// deadline then. Most exchanges end before either, so most never touch the timer.
+    timer: Pin<Box<Sleep>>,
 }
 
 impl Connection {
     /// Must be called within the runtime whose requests will use the connection.
     pub fn new(stream: Stream) -> Connection {
         Connection {
-            deadline: Box::pin(tokio::time::sleep_until(Instant::now())),
+            deadline: Instant::now(),
+            timer: Box::pin(tokio::time::sleep_until(Instant::now())),
             stream,
             read_buf: BytesMut::new(),
             read_size: FIRST_READ,
@@ -174,7 +178,10 @@ impl Connection {
         body: UpstreamBody,
         deadline: Instant,
     ) -> Result<ResponseHead, ExchangeError> {
-        self.deadline.as_mut().reset(deadline);
+        self.deadline = deadline;
+        if self.timer.deadline() > deadline {
+            self.timer.as_mut().reset(deadline);
+        }
         self.start(parts, set, body);
         let wants_upgrade = set.upgrade.is_some();
         let head_request = parts.method == Method::HEAD;
@@ -220,7 +227,7 @@ impl Connection {
                 return Poll::Ready(Err(ExchangeError::HeadTooLarge));
             }
             let Poll::Ready(read) = self.poll_read_more(cx) else {
-                return match self.deadline.as_mut().poll(cx) {
+                return match self.poll_deadline(cx) {
                     Poll::Ready(()) => Poll::Ready(Err(ExchangeError::TimedOut)),
                     Poll::Pending => Poll::Pending,
                 };
@@ -240,6 +247,18 @@ impl Connection {
                     },
                 ));
             }
+        }
+    }
+
+    /// Ready once the exchange's deadline has passed.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            ready!(self.timer.as_mut().poll(cx));
+            if self.timer.deadline() >= self.deadline {
+                return Poll::Ready(());
+            }
+            // Armed for an earlier exchange: on to this one's deadline.
+            self.timer.as_mut().reset(self.deadline);
         }
     }
 
