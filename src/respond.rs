@@ -291,8 +291,8 @@ pub fn error_response(error: &GatewayError, request_id: &HeaderValue) -> Respons
 }
 
 /// A problem+json answer with the given status, type and detail, which is the text of
-/// `detail`'s pieces one after the other (written straight into the body: a `format!` of the
-/// detail and a second pass to escape it were a tenth of a denial's cost).
+/// `detail`'s pieces one after the other, written straight into the body (a `format!` of the
+/// detail and a second pass to escape it cost a denial ~600 instructions, 2.5%).
 pub fn problem_response(
     status: StatusCode,
     problem_type: &str,
