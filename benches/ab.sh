@@ -22,18 +22,12 @@ WORKERS=${WORKERS:-1}
 
 source benches/common.sh
 ensure_tools wrk
-[ "$SCENARIO" = d ] && ensure_tools redis-server
 
 UPSTREAM_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
 # As compare.sh's (a), (c) and (d): (c) and (d) with the edge layer on.
-EDGE=$'[edge]\nrate = "1000000/s"'
 case $SCENARIO in
-  a) STORE=""; ROUTE="" ;;
-  c) STORE=$EDGE$'\n[store]\nhash_secret = "bench"'; ROUTE=$TWO_LIMITS ;;
-  d) start_redis
-     STORE=$EDGE$'\n[store]\nhash_secret = "bench"\nbackend = "redis"\nurl = "redis://127.0.0.1:'"$REDIS_PORT"$'/0"\ntimeout = "100ms"'
-     ROUTE=$TWO_LIMITS ;;
+  a|c|d) scenario_config "$SCENARIO"; STORE=$SCENARIO_TABLES; ROUTE=$SCENARIO_ROUTE ;;
   *) echo "unknown scenario $SCENARIO: expected a, c or d" >&2; exit 1 ;;
 esac
 

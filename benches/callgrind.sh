@@ -25,19 +25,11 @@ source benches/common.sh
 ensure_tools valgrind
 BIN=${OVERRIDE_BIN:-$BIN}
 
-EDGE='[edge]\nrate = "1000000/s"'
-case $SCENARIO in
-  "") ;;
-  a) ;;
-  b) EXTRA=$EDGE ;;
-  c) EXTRA="$EDGE\n[store]\nhash_secret = \"bench\""; ROUTE=$TWO_LIMITS ;;
-  d) ensure_tools redis-server; start_redis
-     EXTRA="$EDGE\n[store]\nhash_secret = \"bench\"\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:$REDIS_PORT/0\"\ntimeout = \"100ms\""
-     ROUTE=$TWO_LIMITS ;;
-  denial) ROUTE='limits = ["flood"]\n[[limits]]\nname = "flood"\nkey = ["header:x-api-key"]\nrates = [{ limit = 1, per = "1h" }]'
-     STATUS=429 ;;
-  *) echo "unknown scenario $SCENARIO: expected a, b, c, d or denial" >&2; exit 1 ;;
-esac
+if [ -n "$SCENARIO" ]; then
+  scenario_config "$SCENARIO" || { echo "unknown scenario $SCENARIO: expected a, b, c, d or denial" >&2; exit 1; }
+  EXTRA=$SCENARIO_TABLES; ROUTE=$SCENARIO_ROUTE
+  if [ "$SCENARIO" = denial ]; then STATUS=429; fi
+fi
 
 UPSTREAM_PORT=$(free_port)
 PROXY_PORT=$(free_port)

@@ -53,3 +53,29 @@ name = "per-ip"
 key = ["ip", "route"]
 algorithm = "sliding_window"
 rates = [{ limit = 1000000, per = "1m" }, { limit = 2000000, per = "1h" }]'
+
+# The configs of compare.sh's scenarios, shared by the scripts that run them.
+EDGE=$'[edge]\nrate = "1000000/s"'
+MEMORY_STORE=$'[store]\nhash_secret = "bench"'
+# redis_store PORT: the [store] table for the redis-server on PORT.
+redis_store() {
+  printf '[store]\nhash_secret = "bench"\nbackend = "redis"\nurl = "redis://127.0.0.1:%s/0"\ntimeout = "100ms"' "$1"
+}
+# One limit of one request an hour per API key: every request after the first is denied.
+DENYING_LIMIT=$'limits = ["flood"]\n[[limits]]\nname = "flood"\nkey = ["header:x-api-key"]\nrates = [{ limit = 1, per = "1h" }]'
+
+# scenario_config NAME: sets SCENARIO_TABLES (after [server]) and SCENARIO_ROUTE (keys of the
+# route, then more tables) for a (proxy only), b (edge layer), c (edge + two memory limits),
+# d (the same limits in a redis-server of the script's own, started here) or denial (one
+# limit that denies); fails for any other name.
+scenario_config() {
+  case $1 in
+    a) SCENARIO_TABLES=""; SCENARIO_ROUTE="" ;;
+    b) SCENARIO_TABLES=$EDGE; SCENARIO_ROUTE="" ;;
+    c) SCENARIO_TABLES=$EDGE$'\n'$MEMORY_STORE; SCENARIO_ROUTE=$TWO_LIMITS ;;
+    d) ensure_tools redis-server; start_redis
+       SCENARIO_TABLES=$EDGE$'\n'$(redis_store "$REDIS_PORT"); SCENARIO_ROUTE=$TWO_LIMITS ;;
+    denial) SCENARIO_TABLES=""; SCENARIO_ROUTE=$DENYING_LIMIT ;;
+    *) return 1 ;;
+  esac
+}

@@ -113,8 +113,6 @@ TOML
   PIDS+=($!)
   OURS_PORT=$port; OURS_PID=$!
 }
-EDGE='[edge]
-rate = "1000000/s"'
 # (e): /flood counts per API key, 1 a minute, like nginx's perkey zone.
 FLOOD='[[routes]]
 name = "flood"
@@ -133,15 +131,10 @@ A_PORT=$OURS_PORT; A_PID=$OURS_PID
 ours b "$EDGE" "" ""
 B_PORT=$OURS_PORT; B_PID=$OURS_PID
 ours c "$EDGE
-[store]
-hash_secret = \"bench\"" "$FLOOD" "$TWO_LIMITS"
+$MEMORY_STORE" "$FLOOD" "$TWO_LIMITS"
 C_PORT=$OURS_PORT; C_PID=$OURS_PID
 ours d "$EDGE
-[store]
-hash_secret = \"bench\"
-backend = \"redis\"
-url = \"redis://127.0.0.1:$REDIS_PORT/0\"
-timeout = \"100ms\"" "" "$TWO_LIMITS"
+$(redis_store "$REDIS_PORT")" "" "$TWO_LIMITS"
 D_PORT=$OURS_PORT; D_PID=$OURS_PID
 for port in "$A_PORT" "$B_PORT" "$C_PORT" "$D_PORT" "$TLS_PORT" "$NGINX_TLS_PORT"; do wait_port "$port"; done
 
