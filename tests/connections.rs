@@ -50,6 +50,13 @@ async fn raw_get(stream: &mut TcpStream, path: &str) -> String {
     String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
+/// A keep-alive connection to `addr` that has had one request answered 200.
+async fn served_connection(addr: SocketAddr) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    assert!(raw_get(&mut stream, "/").await.starts_with("HTTP/1.1 200"));
+    stream
+}
+
 #[tokio::test]
 async fn h2c_prior_knowledge_is_served() {
     let upstream = TestUpstream::start(|request| async move {
@@ -218,8 +225,7 @@ async fn oversized_headers_get_431() {
 async fn an_idle_keep_alive_connection_is_closed_after_idle_timeout() {
     let upstream = TestUpstream::ok("ok").await;
     let gateway = gateway_with("idle_timeout = \"400ms\"", &upstream).await;
-    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    assert!(raw_get(&mut stream, "/").await.starts_with("HTTP/1.1 200"));
+    let mut stream = served_connection(gateway.addr).await;
     let answered = Instant::now();
     let closed = closed_within(&mut stream, answered, Duration::from_secs(10))
         .await
@@ -324,8 +330,7 @@ async fn shutdown_closes_idle_keep_alive_connections_without_waiting_for_the_gra
         &upstream,
     )
     .await;
-    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    assert!(raw_get(&mut stream, "/").await.starts_with("HTTP/1.1 200"));
+    let mut stream = served_connection(gateway.addr).await;
 
     let stopped = Instant::now();
     let serving = gateway.stop();
@@ -365,8 +370,7 @@ async fn keep_alive_waits_follow_idle_timeout_and_a_slow_second_head_is_still_cu
         &upstream,
     )
     .await;
-    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    assert!(raw_get(&mut stream, "/").await.starts_with("HTTP/1.1 200"));
+    let mut stream = served_connection(gateway.addr).await;
 
     // Waiting between requests is governed by idle_timeout, not header_read_timeout.
     let waited = Instant::now();

@@ -149,6 +149,12 @@ struct Turn {
     close: bool,
 }
 
+/// A pipe to a fake server that answers `turns`, one connection each, in order.
+async fn pipe_to_fake(turns: Vec<Turn>) -> (Pipe, tokio::task::JoinHandle<()>) {
+    let (fake, port) = Fake::start().await;
+    (Pipe::new(settings(port)), fake.serve_in_turn(turns))
+}
+
 impl Fake {
     async fn start() -> (Fake, u16) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -296,16 +302,15 @@ async fn a_call_given_up_keeps_its_place_in_the_order() {
 
 #[tokio::test]
 async fn garbage_or_a_cut_reply_fails_the_calls_and_the_next_call_connects_again() {
-    let (fake, port) = Fake::start().await;
-    let pipe = Pipe::new(settings(port));
-    let server = fake.serve_in_turn(vec![
+    let (pipe, server) = pipe_to_fake(vec![
         turn(1, b"hello\r\n"),
         Turn {
             close: true,
             ..turn(1, b"$10\r\nabc")
         },
         turn(1, b"+PONG\r\n"),
-    ]);
+    ])
+    .await;
     let garbage = ping(&pipe, soon()).await;
     assert!(
         matches!(&garbage, Err(StoreError::Protocol(e)) if e.contains("unknown type 'h'")),
@@ -325,12 +330,11 @@ async fn garbage_or_a_cut_reply_fails_the_calls_and_the_next_call_connects_again
 /// call connects again.
 #[tokio::test]
 async fn a_reply_nobody_asked_for_closes_the_connection() {
-    let (fake, port) = Fake::start().await;
-    let pipe = Pipe::new(settings(port));
-    let server = fake.serve_in_turn(vec![
+    let (pipe, server) = pipe_to_fake(vec![
         turn(2, b"+ONE\r\n+TWO\r\n+THREE\r\n"),
         turn(1, b"+AGAIN\r\n"),
-    ]);
+    ])
+    .await;
     let (one, two) = tokio::join!(ping(&pipe, soon()), ping(&pipe, soon()));
     assert_eq!((one, two), (status("ONE"), status("TWO")));
     assert_eq!(ping(&pipe, soon()).await, status("AGAIN"));
@@ -341,15 +345,14 @@ async fn a_reply_nobody_asked_for_closes_the_connection() {
 /// and the next call connects again (to whatever the name resolves to now).
 #[tokio::test]
 async fn a_replica_answering_readonly_is_left_for_a_new_connection() {
-    let (fake, port) = Fake::start().await;
-    let pipe = Pipe::new(settings(port));
-    let server = fake.serve_in_turn(vec![
+    let (pipe, server) = pipe_to_fake(vec![
         turn(
             1,
             b"-READONLY You can't write against a read only replica.\r\n",
         ),
         turn(1, b"+PONG\r\n"),
-    ]);
+    ])
+    .await;
     let refused = ping(&pipe, soon()).await;
     assert!(
         matches!(&refused, Err(StoreError::Server(e)) if e.starts_with("READONLY")),
