@@ -404,3 +404,42 @@ fn a_bad_admin_address_names_its_path() {
         [r#"gw.toml: admin.listen: expected IP:port such as "127.0.0.1:9090", got "localhost""#]
     );
 }
+
+/// A limit of `rates` windows, `name`, with a `big` tier of `tier_rates` windows.
+fn limit_with_windows(name: &str, rates: usize, tier_rates: usize) -> String {
+    let rates_of = |n: usize| {
+        let list: Vec<String> = (1..=n)
+            .map(|i| format!("{{ limit = {i}, per = \"{i}h\" }}"))
+            .collect();
+        list.join(", ")
+    };
+    format!(
+        "[[limits]]\nname = \"{name}\"\nkey = [\"ip\"]\nrates = [{}]\ntiers = {{ big = [{}] }}\n",
+        rates_of(rates),
+        rates_of(tier_rates)
+    )
+}
+
+#[test]
+fn a_route_checks_at_most_256_windows_counting_each_limits_largest_tier() {
+    let with_limits = |a: (usize, usize), b: (usize, usize)| {
+        format!(
+            "{}\n{}\n{}",
+            VALID.replace(
+                "upstream = \"api\"",
+                "upstream = \"api\"\nlimits = [\"a\", \"b\"]"
+            ),
+            limit_with_windows("a", a.0, a.1),
+            limit_with_windows("b", b.0, b.1)
+        )
+    };
+    let at_most = with_limits((200, 6), (50, 56));
+    if let Err(error) = parse_str(&at_most, "gw.toml") {
+        panic!("256 windows should pass: {error}");
+    }
+    let beyond = problems(&with_limits((200, 6), (50, 57))).join("\n");
+    assert!(
+        beyond.contains("gw.toml: routes[0].limits: these limits have up to 257 windows"),
+        "{beyond}"
+    );
+}

@@ -13,7 +13,7 @@ use crate::limit::key::{KeyPart, Missing};
 use crate::limit::rules::{LimitRule, OnError, Plans, Tier, Window};
 use crate::limit::sliding_log::MAX_LOG_LIMIT;
 use crate::limit::{Algorithm, Rate};
-use crate::store::redis::{EXACT_LIMIT, describe_url_error};
+use crate::store::redis::{EXACT_LIMIT, MAX_WINDOWS, describe_url_error};
 
 pub(super) fn store(
     raw: Option<&RawStore>,
@@ -629,6 +629,15 @@ pub(super) fn route_limits(
         index
     });
     let indices: Vec<usize> = indices.collect();
+    let windows: usize = indices.iter().map(|&i| limits[i].most_windows()).sum();
+    if windows > MAX_WINDOWS {
+        problems.push(
+            format!("{path}.limits"),
+            format!(
+                "these limits have up to {windows} windows (rates) together; a request is checked against at most {MAX_WINDOWS}"
+            ),
+        );
+    }
     for &index in &indices {
         let rule = &limits[index];
         if let Some(window) = rule

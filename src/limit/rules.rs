@@ -70,6 +70,15 @@ impl LimitRule {
         }
     }
 
+    /// The most windows this limit applies to one request, on any tier.
+    pub fn most_windows(&self) -> usize {
+        let tiers = self.tiers.values().map(|t| match t {
+            Tier::Windows(w) => w.len(),
+            Tier::Unlimited => 0,
+        });
+        tiers.fold(self.windows.len(), usize::max)
+    }
+
     /// Every window this limit may apply, base and tiers, for config checks.
     pub fn all_windows(&self) -> impl Iterator<Item = &Window> {
         let tiers = self.tiers.values().filter_map(|t| match t {

@@ -27,6 +27,11 @@ use super::{Small, WindowRequest};
 use crate::clock::Nanos;
 use crate::limit::{Algorithm, WindowCheck};
 
+/// The most windows one request may be checked against (config refuses routes whose limits
+/// have more): the script unpacks every window's nine numbers in one call, and Redis's Lua
+/// holds about 8000 values on its C stack.
+pub const MAX_WINDOWS: usize = 256;
+
 /// Every algorithm's script, compiled into the one script a request calls, so a request that
 /// meets limits of different algorithms still makes one atomic call.
 pub const SCRIPT: &str = concat!(

