@@ -209,46 +209,50 @@ impl Limiter {
     }
 
     /// The Redis path: a standing denial, else one call, else the fallback.
-    async fn evaluate_shared(
+    // An `async move` block, not an `async fn`: see `proxy::handle`.
+    #[expect(clippy::manual_async_fn)]
+    fn evaluate_shared(
         &self,
         redis: &RedisStore,
         requests: Small<WindowRequest>,
         origins: Small<&Window>,
         cost: u64,
         now: Nanos,
-    ) -> Evaluated {
-        let (requests, origins) = (&requests[..], &origins[..]);
-        if let Some(denial) = self.standing_denial(redis, requests, cost, now) {
-            return denial.into();
-        }
-        let limits: Small<&str> = requests
-            .iter()
-            .map(|r| &*self.rules[r.group].name)
-            .collect();
-        let outcome = redis.check_all(requests, &limits, None).await;
-        let Some(error) = outcome.error.clone() else {
-            let checks: Small<WindowCheck> = outcome.checks.into_iter().flatten().collect();
-            let decision = self.decide(requests, origins, &checks, Small::new());
-            if let LimitDecision::Deny {
-                limit,
-                identity,
-                retry_after,
-                statuses,
-                ..
-            } = &decision
-            {
-                let denial = Denied {
-                    limit: limit.clone(),
-                    retry_after: *retry_after,
-                    statuses: statuses.clone(),
-                };
-                redis.denied.remember(*identity, cost, &denial, now);
+    ) -> impl Future<Output = Evaluated> {
+        async move {
+            let (requests, origins) = (&requests[..], &origins[..]);
+            if let Some(denial) = self.standing_denial(redis, requests, cost, now) {
+                return denial.into();
             }
-            return decision.into();
-        };
-        Evaluated {
-            decision: self.fall_back(requests, origins, outcome, &error, now),
-            store_error: Some(error),
+            let limits: Small<&str> = requests
+                .iter()
+                .map(|r| &*self.rules[r.group].name)
+                .collect();
+            let outcome = redis.check_all(requests, &limits, None).await;
+            let Some(error) = outcome.error.clone() else {
+                let checks: Small<WindowCheck> = outcome.checks.into_iter().flatten().collect();
+                let decision = self.decide(requests, origins, &checks, Small::new());
+                if let LimitDecision::Deny {
+                    limit,
+                    identity,
+                    retry_after,
+                    statuses,
+                    ..
+                } = &decision
+                {
+                    let denial = Denied {
+                        limit: limit.clone(),
+                        retry_after: *retry_after,
+                        statuses: statuses.clone(),
+                    };
+                    redis.denied.remember(*identity, cost, &denial, now);
+                }
+                return decision.into();
+            };
+            Evaluated {
+                decision: self.fall_back(requests, origins, outcome, &error, now),
+                store_error: Some(error),
+            }
         }
     }
 

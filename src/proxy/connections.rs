@@ -94,33 +94,37 @@ impl Connections {
 
     /// Sends `request` (origin-form target, Host set) to server `server`, reached at `address`
     /// (scheme and authority), and reads the response head, all by `deadline`.
-    pub async fn send(
+    // An `async move` block, not an `async fn`: see `proxy::handle`.
+    pub fn send(
         &self,
         server: usize,
         address: &Uri,
         request: Request<UpstreamBody>,
         set: SetFields,
         deadline: tokio::time::Instant,
-    ) -> Result<Response<PooledBody>, SendError> {
+    ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> {
+        // Taken apart before the block: its state holds the parts, not the request as well.
         let idle = self.idle_list(server);
         let (parts, mut body) = request.into_parts();
         let replayable = may_send_again(&parts.method, &body, set.upgrade.is_some());
-        while let Some(mut connection) = idle.take_open() {
-            match connection.exchange(&parts, &set, body, deadline).await {
-                Ok(head) => return Ok(pooled(head, connection, idle)),
-                Err(error) if replayable && error.is_close_before_answer() => {
-                    tracing::debug!(%error, "pooled upstream connection was closed; sending again");
-                    body = Either::Right(Empty::new());
+        async move {
+            while let Some(mut connection) = idle.take_open() {
+                match connection.exchange(&parts, &set, body, deadline).await {
+                    Ok(head) => return Ok(pooled(head, connection, idle)),
+                    Err(error) if replayable && error.is_close_before_answer() => {
+                        tracing::debug!(%error, "pooled upstream connection was closed; sending again");
+                        body = Either::Right(Empty::new());
+                    }
+                    Err(error) => return Err(error.into()),
                 }
-                Err(error) => return Err(error.into()),
             }
+            // Boxed: the connector's future is large and only needed for new connections, so
+            // every request's future stays small (futures are moved, byte by byte, as they go).
+            let connecting = tokio::time::timeout_at(deadline, Box::pin(self.connect(address)));
+            let mut connection = connecting.await.map_err(|_| SendError::Timeout)??;
+            let head = connection.exchange(&parts, &set, body, deadline).await?;
+            Ok(pooled(head, connection, idle))
         }
-        // Boxed: the connector's future is large and only needed for new connections, so
-        // every request's future stays small (futures are moved, byte by byte, as they go).
-        let connecting = tokio::time::timeout_at(deadline, Box::pin(self.connect(address)));
-        let mut connection = connecting.await.map_err(|_| SendError::Timeout)??;
-        let head = connection.exchange(&parts, &set, body, deadline).await?;
-        Ok(pooled(head, connection, idle))
     }
 
     /// Opens a connection: TCP within the connect timeout, then TLS for `https://`.

@@ -2,6 +2,8 @@
 //! bodies. A bodiless idempotent request whose connection was refused is retried once on
 //! another server; a 101 answer turns the two connections into a byte tunnel.
 
+use futures_util::FutureExt;
+use futures_util::future::Either as FutureEither;
 use http::header::UPGRADE;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
@@ -18,12 +20,16 @@ use crate::respond::{GatewayError, ResponseBody};
 
 /// Forwards `request` to a server of `pool`.
 /// `served_by` is set to the server that was tried last, for the access log.
-pub async fn forward<'r>(
+///
+/// The request is taken apart and its first attempt built before the returned future starts
+/// (see `proxy::handle`): its parts live in that attempt only, not a second time in a state of
+/// this function's own.
+pub fn forward<'r>(
     pool: &'r UpstreamPool,
     mut request: Request<Incoming>,
     forwarded: &Forwarded<'_>,
     served_by: &mut Option<&'r str>,
-) -> Result<Response<ResponseBody>, GatewayError> {
+) -> impl Future<Output = Result<Response<ResponseBody>, GatewayError>> {
     let upgrade = headers::wants_upgrade(request.headers()).then(|| {
         let protocol = request.headers().get(UPGRADE).cloned();
         (hyper::upgrade::on(&mut request), protocol)
@@ -37,98 +43,97 @@ pub async fn forward<'r>(
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
     let retryable = may_send_again(&parts.method, &body, client_upgrade.is_some());
-    // Only a retryable request needs its fields kept for a second attempt.
-    let retry_fields =
-        (retryable && pool.servers.len() > 1).then(|| (parts.headers.clone(), set.clone()));
-
-    let first = pool.pick(None).ok_or_else(|| no_healthy_server(pool))?;
-    *served_by = Some(&pool.servers[first].label);
-    let first_attempt = send(
-        pool,
-        first,
-        parts.method.clone(),
-        path.clone(),
-        (parts.headers, set),
-        Either::Left(body),
-    )
-    .await;
-    let response = match first_attempt {
-        Err(error) if error.is_connect_failure() => {
-            let (Some(fields), Some(second)) = (retry_fields, pool.pick(Some(first))) else {
-                return Err(error);
-            };
-            *served_by = Some(&pool.servers[second].label);
-            tracing::debug!(upstream = %pool.name, error = %error, "retrying on another server");
-            // Boxed, as rare: a second `send` inline would double this future's size.
-            let retry = send(
-                pool,
-                second,
-                parts.method,
-                path,
-                fields,
-                Either::Right(Empty::new()),
-            );
-            Box::pin(retry).await?
-        }
-        other => other?,
+    // Only a retryable request needs its fields kept for a second attempt; boxed, as the
+    // attempt itself is.
+    let retry = (retryable && pool.servers.len() > 1).then(|| {
+        let fields = (parts.headers.clone(), set.clone());
+        Box::new((parts.method.clone(), path.clone(), fields))
+    });
+    let Some(first) = pool.pick(None) else {
+        return FutureEither::Left(std::future::ready(Err(no_healthy_server(pool))));
     };
-    Ok(client_response(response, client_upgrade))
+    *served_by = Some(&pool.servers[first].label);
+    let fields = (parts.headers, set);
+    let first_attempt = send(pool, first, parts.method, path, fields, Either::Left(body));
+    // `then`, not an `async move` block awaiting the attempt: a block would hold the attempt
+    // twice, as its capture and as what it awaits.
+    FutureEither::Right(first_attempt.then(move |result| async move {
+        let response = match result {
+            Err(error) if error.is_connect_failure() => {
+                let (Some(retry), Some(second)) = (retry, pool.pick(Some(first))) else {
+                    return Err(error);
+                };
+                *served_by = Some(&pool.servers[second].label);
+                tracing::debug!(upstream = %pool.name, error = %error, "retrying on another server");
+                let (method, path, fields) = *retry;
+                // Boxed, as rare: a second `send` inline would double this future's size.
+                let retry = send(pool, second, method, path, fields, Either::Right(Empty::new()));
+                Box::pin(retry).await?
+            }
+            other => other?,
+        };
+        Ok(client_response(response, client_upgrade))
+    }))
 }
 
-async fn send(
+/// One attempt on `server`: the pool's exchange with its errors told apart for the client.
+fn send(
     pool: &UpstreamPool,
     server: usize,
     method: Method,
     path: PathAndQuery,
     (headers, set): (HeaderMap, SetFields),
     body: UpstreamBody,
-) -> Result<Response<PooledBody>, GatewayError> {
-    let target = &pool.servers[server];
+) -> impl Future<Output = Result<Response<PooledBody>, GatewayError>> {
     let mut request = Request::new(body);
     *request.method_mut() = method;
     *request.uri_mut() = Uri::from(path);
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
-
-    let _in_flight = pool.begin(server);
-    let upstream = || pool.name.clone();
-    let label = || target.label.clone();
+    let in_flight = pool.begin(server);
     let deadline = tokio::time::Instant::now() + pool.response_timeout;
-    match pool.send(server, request, set, deadline).await {
-        Ok(response) => Ok(response),
-        Err(SendError::Timeout) => Err(GatewayError::UpstreamTimeout {
-            upstream: upstream(),
-            server: label(),
-            after: pool.response_timeout,
-        }),
-        Err(SendError::Connect(source)) => {
-            pool.eject(server);
-            if let Some(tls) = tls_error(source.as_ref()) {
-                Err(GatewayError::UpstreamTls {
+    pool.send(server, request, set, deadline)
+        .map(move |result| {
+            drop(in_flight);
+            let target = &pool.servers[server];
+            let upstream = || pool.name.clone();
+            let label = || target.label.clone();
+            match result {
+                Ok(response) => Ok(response),
+                Err(SendError::Timeout) => Err(GatewayError::UpstreamTimeout {
                     upstream: upstream(),
                     server: label(),
-                    reason: tls.to_string(),
-                })
-            } else if is_timeout(source.as_ref()) {
-                Err(GatewayError::UpstreamConnectTimeout {
-                    upstream: upstream(),
-                    server: label(),
-                    after: pool.connect_timeout,
-                })
-            } else {
-                Err(GatewayError::UpstreamConnect {
+                    after: pool.response_timeout,
+                }),
+                Err(SendError::Connect(source)) => {
+                    pool.eject(server);
+                    if let Some(tls) = tls_error(source.as_ref()) {
+                        Err(GatewayError::UpstreamTls {
+                            upstream: upstream(),
+                            server: label(),
+                            reason: tls.to_string(),
+                        })
+                    } else if is_timeout(source.as_ref()) {
+                        Err(GatewayError::UpstreamConnectTimeout {
+                            upstream: upstream(),
+                            server: label(),
+                            after: pool.connect_timeout,
+                        })
+                    } else {
+                        Err(GatewayError::UpstreamConnect {
+                            upstream: upstream(),
+                            server: label(),
+                            source,
+                        })
+                    }
+                }
+                Err(SendError::Exchange(source)) => Err(GatewayError::UpstreamFailed {
                     upstream: upstream(),
                     server: label(),
                     source,
-                })
+                }),
             }
-        }
-        Err(SendError::Exchange(source)) => Err(GatewayError::UpstreamFailed {
-            upstream: upstream(),
-            server: label(),
-            source,
-        }),
-    }
+        })
 }
 
 /// The upstream response as the client gets it; a 101 starts the tunnel.

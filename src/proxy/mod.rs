@@ -195,110 +195,125 @@ struct RequestLog<'r> {
 }
 
 /// Answers one request. Never fails: errors become problem+json answers here.
-pub async fn handle(
-    runtime: &Runtime,
-    client: &ClientConnection,
+///
+/// A plain fn returning an `async move` block, as are the functions it awaits on the way to
+/// the upstream: an `async fn` copies each argument into a local of its state, so the request
+/// was held twice at every level, and a request's whole state is copied each time it moves
+/// (by hyper into its slot, by every caller into its own). For the same reason a future is
+/// never captured by a block that then awaits it (held twice: captured and awaited); such
+/// callers `map` or `then` it instead.
+#[expect(clippy::manual_async_fn)]
+pub fn handle(
+    runtime: Arc<Runtime>,
+    client: ClientConnection,
     request: Request<Incoming>,
-) -> Response<ResponseBody> {
-    let started = std::time::Instant::now();
-    let request_id = request_id::keep_or_mint(request.headers());
-    // Only the path is logged: query strings may carry API keys.
-    let access = runtime
-        .access_log
-        .then(|| (request.method().clone(), request.uri().path().to_owned()));
-    let mut log = RequestLog::default();
-    let mut response = match proxy(runtime, client, request, &request_id, &mut log).await {
-        Ok(response) => response,
-        Err(error) => respond::error_response(&error, &request_id),
-    };
-    let status = response.status().as_u16();
-    runtime
-        .metrics
-        .observe_request(log.route_metrics, status, started.elapsed());
-    if let Some((method, path)) = access {
-        tracing::info!(
-            target: "access",
-            request_id = request_id.to_str().unwrap_or_default(),
-            client_ip = %log.client_ip.unwrap_or(client.peer.ip()),
-            %method,
-            path,
-            route = log.route.unwrap_or(""),
-            status,
-            upstream = log.upstream.unwrap_or(""),
-            duration_ms = started.elapsed().as_secs_f64() * 1000.0,
-            refused_by = log.refused_by.as_deref().unwrap_or(""),
-            remaining = log.remaining,
-            "access"
-        );
+) -> impl Future<Output = Response<ResponseBody>> {
+    async move {
+        let (runtime, client) = (&*runtime, &client);
+        let started = std::time::Instant::now();
+        let request_id = request_id::keep_or_mint(request.headers());
+        // Only the path is logged: query strings may carry API keys.
+        let access = runtime
+            .access_log
+            .then(|| (request.method().clone(), request.uri().path().to_owned()));
+        let mut log = RequestLog::default();
+        let mut response = match proxy(runtime, client, request, &request_id, &mut log).await {
+            Ok(response) => response,
+            Err(error) => respond::error_response(&error, &request_id),
+        };
+        let status = response.status().as_u16();
+        runtime
+            .metrics
+            .observe_request(log.route_metrics, status, started.elapsed());
+        if let Some((method, path)) = access {
+            tracing::info!(
+                target: "access",
+                request_id = request_id.to_str().unwrap_or_default(),
+                client_ip = %log.client_ip.unwrap_or(client.peer.ip()),
+                %method,
+                path,
+                route = log.route.unwrap_or(""),
+                status,
+                upstream = log.upstream.unwrap_or(""),
+                duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+                refused_by = log.refused_by.as_deref().unwrap_or(""),
+                remaining = log.remaining,
+                "access"
+            );
+        }
+        response.headers_mut().insert(X_REQUEST_ID, request_id);
+        response
     }
-    response.headers_mut().insert(X_REQUEST_ID, request_id);
-    response
 }
 
-async fn proxy<'r>(
+// An `async move` block, not an `async fn`: see `proxy::handle`.
+#[expect(clippy::manual_async_fn)]
+fn proxy<'r>(
     runtime: &'r Runtime,
     client: &'r ClientConnection,
     request: Request<Incoming>,
     request_id: &HeaderValue,
     log: &mut RequestLog<'r>,
-) -> Result<Response<ResponseBody>, GatewayError> {
-    check_header_size(&request, runtime.max_header_bytes)?;
-    let client_ip = runtime
-        .client_ip
-        .resolve(client.peer.ip(), request.headers());
-    log.client_ip = Some(client_ip.ip);
-    let host = request_host(&request);
-    let host_name = host.as_ref().and_then(|h| h.to_str().ok());
-    let route = runtime
-        .router
-        .find(host_name, request.uri().path(), request.method())
-        .ok_or_else(|| GatewayError::NoRoute {
-            method: request.method().clone(),
-            path: request.uri().path().to_string(),
-        })?;
-    log.route = Some(&route.name);
-    let route_metrics = &runtime.route_metrics[route.index];
-    log.route_metrics = Some(route_metrics);
-    let counted = route_metrics.enter();
-    let (slot, statuses) =
-        match admit::admit(runtime, route, &request, host_name, client_ip, request_id).await {
-            Admission::Refused { answer, by } => {
-                log.refused_by = by;
-                return Ok(answer);
-            }
-            Admission::Admitted {
-                slot,
-                statuses,
-                delay,
-            } => {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+) -> impl Future<Output = Result<Response<ResponseBody>, GatewayError>> {
+    async move {
+        check_header_size(&request, runtime.max_header_bytes)?;
+        let client_ip = runtime
+            .client_ip
+            .resolve(client.peer.ip(), request.headers());
+        log.client_ip = Some(client_ip.ip);
+        let host = request_host(&request);
+        let host_name = host.as_ref().and_then(|h| h.to_str().ok());
+        let route = runtime
+            .router
+            .find(host_name, request.uri().path(), request.method())
+            .ok_or_else(|| GatewayError::NoRoute {
+                method: request.method().clone(),
+                path: request.uri().path().to_string(),
+            })?;
+        log.route = Some(&route.name);
+        let route_metrics = &runtime.route_metrics[route.index];
+        log.route_metrics = Some(route_metrics);
+        let counted = route_metrics.enter();
+        let (slot, statuses) =
+            match admit::admit(runtime, route, &request, host_name, client_ip, request_id).await {
+                Admission::Refused { answer, by } => {
+                    log.refused_by = by;
+                    return Ok(answer);
                 }
-                (slot, statuses)
-            }
+                Admission::Admitted {
+                    slot,
+                    statuses,
+                    delay,
+                } => {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    (slot, statuses)
+                }
+            };
+        log.remaining = statuses.first().map(|s| s.remaining);
+        let forwarded = Forwarded {
+            peer: &client.peer_header,
+            peer_trusted: client_ip.peer_trusted,
+            proto: client.proto,
+            host: host.as_ref(),
+            request_id,
         };
-    log.remaining = statuses.first().map(|s| s.remaining);
-    let forwarded = Forwarded {
-        peer: &client.peer_header,
-        peer_trusted: client_ip.peer_trusted,
-        proto: client.proto,
-        host: host.as_ref(),
-        request_id,
-    };
-    let upstream = &runtime.upstreams[route.upstream];
-    let asked = std::time::Instant::now();
-    let mut response =
-        match forward::forward(upstream, request, &forwarded, &mut log.upstream).await {
-            Ok(response) => response,
-            Err(error) => respond::error_response(&error, request_id),
-        };
-    let upstream_metrics = &runtime.upstream_metrics[route.upstream];
-    let code = response.status().as_u16();
-    runtime
-        .metrics
-        .observe_upstream(upstream_metrics, code, asked.elapsed());
-    respond::insert_rate_headers(response.headers_mut(), &statuses, &runtime.response);
-    Ok(response.map(|body| body.holding(slot, counted)))
+        let upstream = &runtime.upstreams[route.upstream];
+        let asked = std::time::Instant::now();
+        let mut response =
+            match forward::forward(upstream, request, &forwarded, &mut log.upstream).await {
+                Ok(response) => response,
+                Err(error) => respond::error_response(&error, request_id),
+            };
+        let upstream_metrics = &runtime.upstream_metrics[route.upstream];
+        let code = response.status().as_u16();
+        runtime
+            .metrics
+            .observe_upstream(upstream_metrics, code, asked.elapsed());
+        respond::insert_rate_headers(response.headers_mut(), &statuses, &runtime.response);
+        Ok(response.map(|body| body.holding(slot, counted)))
+    }
 }
 
 /// The Host header, or the HTTP/2 `:authority`.

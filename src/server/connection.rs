@@ -15,6 +15,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use futures_util::FutureExt;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -112,15 +113,14 @@ pub async fn serve<S>(
     let client = ClientConnection::new(peer, proto);
     let service_activity = activity.clone();
     let service = service_fn(move |request| {
-        // One snapshot per request: a reload never changes a request halfway.
-        let runtime = runtime.load_full();
         let answering = Answering::begin(&service_activity, request.version());
-        let client = client.clone();
-        async move {
-            let response = proxy::handle(&runtime, &client, request).await;
+        // One snapshot per request: a reload never changes a request halfway. `map`, not an
+        // `async move` block: a block would hold the request as its capture and again inside
+        // `handle`'s future (see `proxy::handle`).
+        proxy::handle(runtime.load_full(), client.clone(), request).map(move |response| {
             drop(answering);
             Ok::<_, Infallible>(response)
-        }
+        })
     });
     let io = WatchedIo {
         stream,
