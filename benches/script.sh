@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# redis-server's time per call of the gateway's Lua script (INFO commandstats usec_per_call),
+# with the windows of compare.sh's (c)/(d): two limits of two windows each, every call allowed
+# and committed. Starts a redis-server of its own; min of ROUNDS runs of N pipelined calls.
+#
+#   benches/script.sh                      # the script in src/store/lua, as the gateway loads it
+#   SCRIPT=/tmp/variant.lua benches/script.sh   # another version, e.g. one cut short to time a step
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${N:-15000}
+ROUNDS=${ROUNDS:-3}
+source benches/common.sh
+ensure_tools redis-server
+start_redis
+if [ -z "${SCRIPT:-}" ]; then
+  # The order of `SCRIPT` in src/store/redis.rs.
+  SCRIPT=$WORK/script.lua
+  for part in common token_bucket gcra fixed_window sliding_window sliding_log check; do
+    cat "src/store/lua/$part.lua"
+  done > "$SCRIPT"
+fi
+for _ in $(seq "$ROUNDS"); do
+  python3 - "$REDIS_PORT" "$SCRIPT" "$N" <<'PY'
+import re, socket, struct, sys
+port, path, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+s = socket.create_connection(("127.0.0.1", port))
+def command(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a.encode() if isinstance(a, str) else a
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+pending = b""
+def reply():  # one status, error, integer or bulk reply (all this script and INFO answer)
+    global pending
+    while True:
+        if pending[:1] in (b"+", b"-", b":") and b"\r\n" in pending:
+            line, pending = pending.split(b"\r\n", 1)
+            return line
+        if pending[:1] == b"$" and b"\r\n" in pending:
+            head, rest = pending.split(b"\r\n", 1)
+            size = int(head[1:])
+            if len(rest) >= size + 2:
+                pending = rest[size + 2:]
+                return rest[:size]
+        pending += s.recv(65536)
+def call(*args):
+    s.sendall(command(*args))
+    return reply()
+sha = call("SCRIPT", "LOAD", open(path).read()).decode()
+# Per window: algorithm, group, shadow, limit, per (µs), interval (µs), burst, cost, max_delay.
+windows = [(1, 0, 0, 10_000_000, 60e6, 6, 10_000_000, 1, 0),
+           (1, 0, 0, 1_000_000_000, 86400e6, 86.4, 1_000_000_000, 1, 0),
+           (3, 1, 0, 1_000_000, 60e6, 60, 1_000_000, 1, 0),
+           (3, 1, 0, 2_000_000, 3600e6, 1800, 2_000_000, 1, 0)]
+parameters = b"".join(struct.pack("<9d", *w) for w in windows)
+keys = ["rl:per-key:{cG1WZePM2WzGBpqJX6QAHA}:60000000", "rl:per-key:{cG1WZePM2WzGBpqJX6QAHA}:86400000000",
+        "rl:per-ip:{iPSj_s-zlTgy2-1l7ei1lw}:60000000", "rl:per-ip:{iPSj_s-zlTgy2-1l7ei1lw}:3600000000"]
+one = command("EVALSHA", sha, str(len(keys)), *keys, "", parameters)
+first = call("EVALSHA", sha, str(len(keys)), *keys, "", parameters)
+if first.startswith(b"-"):
+    sys.exit("the script failed: %s" % first.decode(errors="replace"))
+call("CONFIG", "RESETSTAT")
+done = 0
+while done < n:
+    batch = min(20, n - done)
+    s.sendall(one * batch)
+    for _ in range(batch):
+        reply()
+    done += batch
+stats = call("INFO", "commandstats").decode()
+print(re.search(r"cmdstat_evalsha:calls=\d+,usec=\d+,usec_per_call=([\d.]+)", stats).group(1))
+PY
+done | sort -n | head -1 | awk -v n="$N" -v s="$(basename "$SCRIPT")" '{ printf "%s µs of redis-server time per script call (%s, min of runs of %d calls)\n", $1, s, n }'
