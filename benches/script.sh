@@ -48,14 +48,14 @@ def call(*args):
     s.sendall(command(*args))
     return reply()
 sha = call("SCRIPT", "LOAD", open(path).read()).decode()
-# Per window: algorithm, group, shadow, limit, per (µs), interval (µs), burst, cost, max_delay.
-windows = [(1, 0, 0, 10_000_000, 60e6, 6, 10_000_000, 1, 0),
-           (1, 0, 0, 1_000_000_000, 86400e6, 86.4, 1_000_000_000, 1, 0),
-           (3, 1, 0, 1_000_000, 60e6, 60, 1_000_000, 1, 0),
-           (3, 1, 0, 2_000_000, 3600e6, 1800, 2_000_000, 1, 0)]
-parameters = b"".join(struct.pack("<9d", *w) for w in windows)
-keys = ["rl:per-key:{cG1WZePM2WzGBpqJX6QAHA}:60000000", "rl:per-key:{cG1WZePM2WzGBpqJX6QAHA}:86400000000",
-        "rl:per-ip:{iPSj_s-zlTgy2-1l7ei1lw}:60000000", "rl:per-ip:{iPSj_s-zlTgy2-1l7ei1lw}:3600000000"]
+# Per window: algorithm, group, shadow, limit, per (µs), interval (µs), burst, cost, max_delay,
+# key (in KEYS, from 1), slot (the window's place in its key).
+windows = [(1, 0, 0, 10_000_000, 60e6, 6, 10_000_000, 1, 0, 1, 0),
+           (1, 0, 0, 1_000_000_000, 86400e6, 86.4, 1_000_000_000, 1, 0, 1, 1),
+           (3, 1, 0, 1_000_000, 60e6, 60, 1_000_000, 1, 0, 2, 0),
+           (3, 1, 0, 2_000_000, 3600e6, 1800, 2_000_000, 1, 0, 2, 1)]
+parameters = b"".join(struct.pack("<11d", *w) for w in windows)
+keys = ["rl:per-key:{cG1WZePM2WzGBpqJX6QAHA}", "rl:per-ip:{iPSj_s-zlTgy2-1l7ei1lw}"]
 one = command("EVALSHA", sha, str(len(keys)), *keys, "", parameters)
 first = call("EVALSHA", sha, str(len(keys)), *keys, "", parameters)
 if first.startswith(b"-"):

@@ -178,6 +178,49 @@ fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
         .unwrap();
 }
 
+/// The windows of one limit identity share a key that lives as long as its longest window,
+/// so each window's state carries its own expiry: a sliding window's counts, kept 128 windows
+/// later (when its window number mod 2^7 comes round again), would be read as current.
+#[test]
+fn a_window_state_expires_inside_a_key_kept_for_a_longer_window() {
+    let server = RedisServer::start();
+    let runtime = common::event_loop();
+    let store = RedisStore::new(store_config(&server, "expiry:"), 1);
+    let window = |window: usize, limit: u64, per_s: u64| WindowRequest {
+        identity: 40 + window as u128,
+        limit_identity: 40,
+        algorithm: Algorithm::SlidingWindow,
+        rate: Rate {
+            limit,
+            per: Duration::from_secs(per_s),
+            burst: limit,
+        },
+        cost: 1,
+        max_delay: Duration::ZERO,
+        group: 0,
+        window,
+        shadow: false,
+    };
+    let requests = [window(0, 2, 1), window(1, 1000, 3600)];
+    let limits = ["pair", "pair"];
+    let allowed = |now_us: u64| -> bool {
+        let outcome = runtime.block_on(store.check_all(&requests, &limits, Some(now_us * 1000)));
+        assert!(outcome.error.is_none(), "{:?}", outcome.error);
+        outcome
+            .checks
+            .iter()
+            .all(|check| matches!(check, Some(WindowCheck::Allow { .. })))
+    };
+    // Aligned to a second, so 128 seconds on is the same place in its window.
+    let start = START_US - START_US % 1_000_000;
+    assert!(allowed(start) && allowed(start + 1));
+    assert!(!allowed(start + 2), "the one-second window is full");
+    assert!(
+        allowed(start + 128_000_000),
+        "a one-second window's counts from 128 s ago were read as current"
+    );
+}
+
 /// The script can be called by anything that reaches Redis: parameters of the wrong size or an
 /// algorithm it does not know are refused with a message that says which, and write nothing.
 #[test]
@@ -185,43 +228,48 @@ fn malformed_script_calls_are_refused_with_what_was_wrong() {
     let server = RedisServer::start();
     let mut connection = server.connection();
     let script = redis::Script::new(ratelimit_proxy::store::redis::SCRIPT);
-    let window = |algorithm: f64| -> Vec<u8> {
-        [algorithm, 0.0, 0.0, 10.0, 1e6, 1e5, 10.0, 1.0, 0.0]
-            .iter()
-            .flat_map(|n| n.to_le_bytes())
-            .collect()
+    // Algorithm, group, shadow, limit, per, interval, burst, cost, max_delay, key, slot.
+    let window = |algorithm: f64, key: f64, slot: f64| -> Vec<u8> {
+        [
+            algorithm, 0.0, 0.0, 10.0, 1e6, 1e5, 10.0, 1.0, 0.0, key, slot,
+        ]
+        .iter()
+        .flat_map(|n| n.to_le_bytes())
+        .collect()
     };
-    let mut short = window(1.0);
+    let mut short = window(1.0, 1.0, 0.0);
     short.pop();
     let mut refusal = |parameters: &[u8]| -> String {
         let error = script
-            .key("bad:{x}:0")
+            .key("bad:{x}")
             .arg("")
             .arg(parameters)
             .invoke::<Vec<u8>>(&mut connection)
             .expect_err("a malformed call was answered");
         error.to_string()
     };
-    let wrong_size = refusal(&short);
-    assert!(
-        wrong_size.contains("window parameters of 71 bytes for 1 windows"),
-        "{wrong_size}"
-    );
-    let unknown = refusal(&window(9.0));
-    assert!(
-        unknown.contains("unknown algorithm 9 in window 1"),
-        "{unknown}"
-    );
+    for (parameters, expected) in [
+        (short, "window parameters of 87 bytes, not a multiple of 88"),
+        (window(9.0, 1.0, 0.0), "unknown algorithm 9 in window 1"),
+        (window(1.0, 2.0, 0.0), "window 1 names key 2 of 1"),
+        (window(1.0, 0.0, 0.0), "window 1 names key 0 of 1"),
+        (window(1.0, 1.0, -1.0), "window 1 has slot -1"),
+        (window(1.0, 1.0, 256.0), "window 1 has slot 256"),
+        (window(1.0, 1.0, 0.5), "window 1 has slot 0.5"),
+    ] {
+        let refused = refusal(&parameters);
+        assert!(refused.contains(expected), "{refused}");
+    }
     let written: bool = redis::cmd("EXISTS")
-        .arg("bad:{x}:0")
+        .arg("bad:{x}")
         .query(&mut server.connection())
         .unwrap();
     assert!(!written);
     // The same call well formed is answered: 4 doubles.
     let answer: Vec<u8> = script
-        .key("bad:{x}:0")
+        .key("bad:{x}")
         .arg("")
-        .arg(window(1.0))
+        .arg(window(1.0, 1.0, 0.0))
         .invoke(&mut server.connection())
         .unwrap();
     assert_eq!(answer.len(), 32);

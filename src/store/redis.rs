@@ -3,10 +3,12 @@
 //! round trip, all-or-nothing); on a cluster, one call per limit identity, concurrently, since
 //! the windows of one identity share a hash tag and so a slot. Redis' own clock decides.
 //!
-//! Key layout: `{key_prefix}{limit}:{{identity}}:{window}`, the identity being the 128-bit
-//! keyed hash in hex (never a raw key), e.g. `rl:per-key:{3f09…c1}:0`. Token bucket, GCRA and
-//! the window counters are short strings; sliding logs are sorted sets. Every write sets an
-//! expiry at the time the window is whole again, so idle keys vanish.
+//! Key layout: `{key_prefix}{limit}:{{identity}}`, the identity being the 128-bit keyed hash
+//! in URL-safe base64 (never a raw key), e.g. `rl:per-key:{XUFAKrxLKna5cZ2REBfFkg}`: one short
+//! string holding every token bucket, GCRA or window-counter window of that identity (see
+//! `lua/common.lua`); a sliding log's window is a sorted set of its own, the same key with
+//! `:{window}` added. Every write sets each window's expiry at the time it is whole again and
+//! the key's at the latest of them, so idle keys vanish.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -28,7 +30,7 @@ use crate::clock::Nanos;
 use crate::limit::{Algorithm, WindowCheck};
 
 /// The most windows one request may be checked against (config refuses routes whose limits
-/// have more): the script unpacks every window's nine numbers in one call, and Redis's Lua
+/// have more): the script unpacks every window's eleven numbers in one call, and Redis's Lua
 /// holds about 8000 values on its C stack.
 pub const MAX_WINDOWS: usize = 256;
 
@@ -48,7 +50,7 @@ pub const SCRIPT: &str = concat!(
 pub const EXACT_LIMIT: u64 = 1 << 53;
 
 /// Nine doubles per window (`push_window_parameters`).
-const WINDOW_PARAMETER_BYTES: usize = 9 * 8;
+const WINDOW_PARAMETER_BYTES: usize = 11 * 8;
 
 const BREAKER_FAILURES: u32 = 5;
 const BREAKER_OPEN_FOR: Duration = Duration::from_secs(1);
@@ -186,18 +188,18 @@ impl RedisStore {
         self.breaker.is_open()
     }
 
-    /// Appends what the keys of a limit identity's windows share, up to the window number;
-    /// `limit` is the limit's name.
-    fn push_key_stem(&self, key: &mut String, limit: &str, limit_identity: u128) {
+    /// Appends the key of a limit identity (`limit` is the limit's name), which holds its
+    /// windows; a sliding log's window adds `:{window}` for a sorted set of its own.
+    fn push_identity_key(&self, key: &mut String, limit: &str, limit_identity: u128) {
         key.push_str(&self.config.key_prefix);
         key.push_str(limit);
         key.push_str(":{");
         push_identity(key, limit_identity);
-        key.push_str("}:");
+        key.push('}');
     }
 
-    /// Room for a window's key of `limit`: 22 identity characters, braces and colons, and a
-    /// window number of up to 4 digits (a capacity hint; longer keys only grow the buffer).
+    /// Room for a key of `limit`: 22 identity characters, braces and colons, and a window
+    /// number of up to 4 digits (a capacity hint; longer keys only grow the buffer).
     fn key_length(&self, limit: &str) -> usize {
         self.config.key_prefix.len() + limit.len() + 30
     }
@@ -339,7 +341,7 @@ impl RedisStore {
         now: Option<Nanos>,
     ) -> Result<Bytes, StoreError> {
         let evalsha = |out: &mut Vec<u8>| {
-            let mut command = pipe::Command::new(out, script_arguments(requests));
+            let mut command = pipe::Command::new(out, script_arguments(requests, limits));
             self.write_script_call(&mut command, requests, limits, now);
         };
         let reply = match pipe.call(deadline, evalsha).await {
@@ -371,7 +373,7 @@ impl RedisStore {
     ) -> Result<Bytes, StoreError> {
         let keys_length: usize = limits.iter().map(|limit| self.key_length(limit)).sum();
         let mut command = redis::Cmd::with_capacity(
-            script_arguments(requests),
+            script_arguments(requests, limits),
             "EVALSHA".len() + 40 + 24 + keys_length + WINDOW_PARAMETER_BYTES * requests.len(),
         );
         self.write_script_call(&mut command, requests, limits, now);
@@ -399,36 +401,33 @@ impl RedisStore {
     ) {
         command.push(b"EVALSHA");
         command.push(self.script.get_hash().as_bytes());
-        command.push(itoa::Buffer::new().format(requests.len()).as_bytes());
+        command.push(
+            itoa::Buffer::new()
+                .format(script_keys(requests, limits))
+                .as_bytes(),
+        );
         let longest_key = limits.iter().map(|limit| self.key_length(limit)).max();
         let mut key = String::with_capacity(longest_key.unwrap_or(0));
-        // The windows of one limit identity are adjacent: their stem is written once.
-        let mut stem: Option<(u128, &str, usize)> = None;
-        for (request, &limit) in requests.iter().zip(limits) {
-            let stem_length = match stem {
-                Some((identity, name, length))
-                    if identity == request.limit_identity && name == limit =>
-                {
-                    length
+        for (i, (request, &limit)) in requests.iter().zip(limits).enumerate() {
+            if starts_key(requests, limits, i) {
+                key.clear();
+                self.push_identity_key(&mut key, limit, request.limit_identity);
+                if request.algorithm == Algorithm::SlidingLog {
+                    key.push(':');
+                    key.push_str(itoa::Buffer::new().format(request.window));
                 }
-                _ => {
-                    key.clear();
-                    self.push_key_stem(&mut key, limit, request.limit_identity);
-                    stem = Some((request.limit_identity, limit, key.len()));
-                    key.len()
-                }
-            };
-            key.truncate(stem_length);
-            key.push_str(itoa::Buffer::new().format(request.window));
-            command.push(key.as_bytes());
+                command.push(key.as_bytes());
+            }
         }
         match now {
             Some(ns) => command.push(itoa::Buffer::new().format(ns / 1000).as_bytes()),
             None => command.push(b""),
         };
         let mut parameters = Vec::with_capacity(WINDOW_PARAMETER_BYTES * requests.len());
-        for request in requests {
-            push_window_parameters(&mut parameters, request);
+        let mut key_index = 0;
+        for i in 0..requests.len() {
+            key_index += usize::from(starts_key(requests, limits, i));
+            push_window_parameters(&mut parameters, &requests[i], key_index);
         }
         command.push(&parameters);
     }
@@ -457,8 +456,23 @@ impl RedisStore {
 }
 
 /// How many arguments `write_script_call` writes for `requests`.
-fn script_arguments(requests: &[WindowRequest]) -> usize {
-    requests.len() + 5
+fn script_arguments(requests: &[WindowRequest], limits: &[&str]) -> usize {
+    script_keys(requests, limits) + 5
+}
+
+/// Whether window `i` starts a key: the windows of one limit identity (adjacent) share one,
+/// but each sliding log's window is a sorted set of its own.
+fn starts_key(requests: &[WindowRequest], limits: &[&str], i: usize) -> bool {
+    i == 0
+        || requests[i].algorithm == Algorithm::SlidingLog
+        || requests[i].limit_identity != requests[i - 1].limit_identity
+        || limits[i] != limits[i - 1]
+}
+
+fn script_keys(requests: &[WindowRequest], limits: &[&str]) -> usize {
+    (0..requests.len())
+        .filter(|&i| starts_key(requests, limits, i))
+        .count()
 }
 
 /// Where a command's arguments go: the crate's command or the pipe's buffer.
@@ -612,10 +626,10 @@ async fn query<T: redis::FromRedisValue>(
     command.query_async(&mut connection.clone()).await
 }
 
-/// A window's nine numbers, as `check.lua` reads them: little-endian doubles (exact, every
+/// A window's eleven numbers, as `check.lua` reads them: little-endian doubles (exact, every
 /// number being a whole number below 2^53 or, for an unbounded max_delay, merely huge), times
-/// in whole microseconds.
-fn push_window_parameters(out: &mut Vec<u8>, request: &WindowRequest) {
+/// in whole microseconds; `key_index` is the window's key among the call's (from 1).
+fn push_window_parameters(out: &mut Vec<u8>, request: &WindowRequest, key_index: usize) {
     let rate = &request.rate;
     let max_delay_us = u64::try_from(request.max_delay.as_micros()).unwrap_or(u64::MAX);
     let numbers = [
@@ -628,6 +642,8 @@ fn push_window_parameters(out: &mut Vec<u8>, request: &WindowRequest) {
         rate.burst,
         request.cost,
         max_delay_us,
+        key_index as u64,
+        request.window as u64,
     ];
     for number in numbers {
         out.extend_from_slice(&(number as f64).to_le_bytes());
@@ -815,7 +831,7 @@ mod tests {
     }
 
     #[test]
-    fn a_window_is_nine_little_endian_doubles() {
+    fn a_window_is_eleven_little_endian_doubles() {
         let request = WindowRequest {
             identity: 1,
             limit_identity: 1,
@@ -828,11 +844,11 @@ mod tests {
             cost: 3,
             max_delay: Duration::from_millis(250),
             group: 7,
-            window: 0,
+            window: 4,
             shadow: true,
         };
         let mut parameters = vec![1];
-        push_window_parameters(&mut parameters, &request);
+        push_window_parameters(&mut parameters, &request, 2);
         let numbers: Vec<f64> = parameters[1..]
             .chunks_exact(8)
             .map(|bytes| f64::from_le_bytes(bytes.try_into().unwrap()))
@@ -840,7 +856,9 @@ mod tests {
         assert_eq!(parameters[0], 1, "appends to what is there");
         assert_eq!(
             numbers,
-            [2.0, 7.0, 1.0, 10.0, 1e6, 1e5, 20.0, 3.0, 250_000.0]
+            [
+                2.0, 7.0, 1.0, 10.0, 1e6, 1e5, 20.0, 3.0, 250_000.0, 2.0, 4.0
+            ]
         );
     }
 }

@@ -13,5 +13,5 @@ local function check_gcra(tat, now, p, at)
       ahead - slack
   end
   return true, floor(math.max(tolerance - ahead, 0) / interval), ahead,
-    math.max(ahead - tolerance, 0), int(now + ahead), ahead
+    math.max(ahead - tolerance, 0), now + ahead, ahead
 end

@@ -1,7 +1,7 @@
 -- sliding_window: the previous and current calendar counts, the previous one weighted by how
 -- much of it still overlaps the sliding window. Mirrors src/limit/sliding_window.rs.
 -- Stored as (tag * 2^23 + previous) * 2^23 + current (tag: the window index mod 2^7; counts
--- < 2^23): the key expires two windows after its last write, so an index 128 windows old
+-- < 2^23): the state expires two windows after its last write, so an index 128 windows old
 -- never exists to be misread.
 local SLIDING_TAGS, SLIDING_COUNTS = 2 ^ 7, 2 ^ 23
 
@@ -45,6 +45,6 @@ local function check_sliding_window(state, now, p, at)
   end
   curr = curr + cost
   local remaining = floor((limit * per - prev * weight_left - curr * per) / per)
-  return true, remaining, reset, 0, int((tag * SLIDING_COUNTS + prev) * SLIDING_COUNTS + curr),
+  return true, remaining, reset, 0, (tag * SLIDING_COUNTS + prev) * SLIDING_COUNTS + curr,
     reset
 end

@@ -15,5 +15,5 @@ local function check_token_bucket(full_at, now, p, at)
   end
   local reset = capacity - after
   return true, floor(math.max(after, 0) / interval), reset, math.max(-after, 0),
-    int(now + reset), reset
+    now + reset, reset
 end
