@@ -10,6 +10,10 @@
 # Prints, per round, each build's req/s and CPU µs per request (utime+stime from /proc), then
 # the medians. Build B with e.g. `git worktree add /tmp/old <commit> && cd /tmp/old && cargo
 # build --release`.
+#
+#   RATE=5000 benches/ab.sh /tmp/old d   # oha at a fixed 5000 req/s instead of wrk's saturating
+#                                         # load: also p50 and p99 (ms, latency-corrected), and
+#                                         # for (d) redis-server's CPU per request
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OTHER=${1:?usage: benches/ab.sh OTHER_BINARY [a|c|d]}
@@ -18,10 +22,12 @@ ROUNDS=${ROUNDS:-5}
 DURATION=${DURATION:-8s}
 CONNS=${CONNS:-50}
 WORKERS=${WORKERS:-1}
+RATE=${RATE:-}
 [ -x "$OTHER" ] || { echo "$OTHER is not an executable" >&2; exit 1; }
 
 source benches/common.sh
 ensure_tools wrk
+[ -z "$RATE" ] || command -v oha >/dev/null || cargo install oha --locked
 
 UPSTREAM_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
@@ -43,27 +49,50 @@ start() {
 start A "$BIN"; A_PORT=$PORT; A_PID=$PID
 start B "$OTHER"; B_PORT=$PORT; B_PID=$PID
 
-# measure PORT PID: "req/s cpu_us" of one wrk run after a 2 s warm-up.
+# measure PORT PID: "req/s cpu_us p50_ms p99_ms redis_us" of one run after a 2 s warm-up:
+# wrk's saturating load, or with RATE oha at that rate (latencies and redis_us "-" when not
+# measured).
 measure() {
   local url="http://127.0.0.1:$1/bench"
   wrk -t1 -c"$CONNS" -d2s -H "x-api-key: bench" "$url" >/dev/null
   local before; before=$(cpu_ticks "$2")
-  wrk -t1 -c"$CONNS" -d"$DURATION" -H "x-api-key: bench" "$url" >"$WORK/run.txt"
+  local redis_before=0; [ "$SCENARIO" = d ] && redis_before=$(cpu_ticks "$REDIS_PID")
+  if [ -z "$RATE" ]; then
+    wrk -t1 -c"$CONNS" -d"$DURATION" -H "x-api-key: bench" "$url" >"$WORK/run.txt"
+    awk '/requests in/ {print $1} /Requests\/sec/ {print $2} END {print "- -"}' "$WORK/run.txt" | tr '\n' ' ' >"$WORK/run.fields"
+  else
+    oha -z "$DURATION" -q "$RATE" -c "$CONNS" --no-tui --latency-correction --output-format json \
+      -H "x-api-key: bench" "$url" 2>/dev/null | python3 -c 'import json, sys
+d = json.load(sys.stdin); p = d["latencyPercentiles"]
+n = sum(d["statusCodeDistribution"].values())
+print(n, d["summary"]["requestsPerSec"], "%.3f %.3f" % (p["p50"] * 1000, p["p99"] * 1000))' >"$WORK/run.fields"
+  fi
   local after; after=$(cpu_ticks "$2")
-  awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" '
-    /requests in/ {n=$1} /Requests\/sec/ {rps=$2}
-    END { if (n == 0) exit 1; printf "%.0f %.1f\n", rps, t / hz * 1e6 / n }' "$WORK/run.txt"
+  local redis_ticks=-1; [ "$SCENARIO" = d ] && redis_ticks=$(( $(cpu_ticks "$REDIS_PID") - redis_before ))
+  awk -v t=$((after - before)) -v r="$redis_ticks" -v hz="$(getconf CLK_TCK)" '
+    { n = $1; rps = $2; p50 = $3; p99 = $4 }
+    END { if (n == 0) exit 1
+          printf "%.0f %.1f %s %s %s\n", rps, t / hz * 1e6 / n, p50, p99, (r < 0) ? "-" : sprintf("%.1f", r / hz * 1e6 / n) }' "$WORK/run.fields"
 }
 
-echo "scenario ($SCENARIO), wrk -t1 -c$CONNS -d$DURATION, $ROUNDS rounds, workers = $WORKERS"
+if [ -z "$RATE" ]; then
+  echo "scenario ($SCENARIO), wrk -t1 -c$CONNS -d$DURATION, $ROUNDS rounds, workers = $WORKERS"
+else
+  echo "scenario ($SCENARIO), oha -q$RATE -c$CONNS -z$DURATION (latency-corrected), $ROUNDS rounds, workers = $WORKERS"
+fi
 echo "A = $BIN (this tree), B = $OTHER"
-A_CPU=(); B_CPU=()
+echo "columns: req/s, proxy CPU µs/req, p50 ms, p99 ms, redis-server CPU µs/req"
+A_CPU=(); B_CPU=(); A_P99=(); B_P99=()
 for round in $(seq "$ROUNDS"); do
-  read -r b_rps b_cpu < <(measure "$B_PORT" "$B_PID")
-  read -r a_rps a_cpu < <(measure "$A_PORT" "$A_PID")
-  printf 'round %d: A %6s req/s %6s µs/req   B %6s req/s %6s µs/req\n' "$round" "$a_rps" "$a_cpu" "$b_rps" "$b_cpu"
-  A_CPU+=("$a_cpu"); B_CPU+=("$b_cpu")
+  read -r b_rps b_cpu b_p50 b_p99 b_redis < <(measure "$B_PORT" "$B_PID")
+  read -r a_rps a_cpu a_p50 a_p99 a_redis < <(measure "$A_PORT" "$A_PID")
+  printf 'round %d: A %6s %6s %6s %6s %6s   B %6s %6s %6s %6s %6s\n' "$round" \
+    "$a_rps" "$a_cpu" "$a_p50" "$a_p99" "$a_redis" "$b_rps" "$b_cpu" "$b_p50" "$b_p99" "$b_redis"
+  A_CPU+=("$a_cpu"); B_CPU+=("$b_cpu"); A_P99+=("$a_p99"); B_P99+=("$b_p99")
 done
 median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 a=$(median "${A_CPU[@]}"); b=$(median "${B_CPU[@]}")
 echo "median CPU µs/req: A $a, B $b (A/B $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}'))"
+if [ -n "$RATE" ]; then
+  echo "median p99 ms: A $(median "${A_P99[@]}"), B $(median "${B_P99[@]}")"
+fi
