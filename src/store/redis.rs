@@ -830,6 +830,82 @@ mod tests {
         }
     }
 
+    impl Arguments for Vec<Vec<u8>> {
+        fn push(&mut self, argument: &[u8]) {
+            Vec::push(self, argument.to_vec());
+        }
+    }
+
+    #[test]
+    fn an_identitys_windows_share_a_key_and_each_sliding_log_window_has_its_own() {
+        let store = RedisStore::new(
+            RedisConfig {
+                cluster: false,
+                urls: vec!["redis://127.0.0.1:1/0".into()],
+                timeout: Duration::from_secs(1),
+                key_prefix: "rl:".into(),
+                ca_file: None,
+            },
+            1,
+        );
+        let window = |limit_identity: u128, algorithm, window| WindowRequest {
+            identity: limit_identity << 8 | window as u128,
+            limit_identity,
+            algorithm,
+            rate: crate::limit::Rate {
+                limit: 10,
+                per: Duration::from_secs(1),
+                burst: 10,
+            },
+            cost: 1,
+            max_delay: Duration::ZERO,
+            group: limit_identity as usize,
+            window,
+            shadow: false,
+        };
+        let (cell, log) = (Algorithm::TokenBucket, Algorithm::SlidingLog);
+        let requests = [
+            window(0, cell, 0),
+            window(0, cell, 1),
+            window(1, log, 0),
+            window(1, log, 1),
+            window(2, cell, 0),
+        ];
+        let limits = ["a", "a", "b", "b", "c"];
+        let mut arguments: Vec<Vec<u8>> = Vec::new();
+        store.write_script_call(&mut arguments, &requests, &limits, Some(5_000));
+        assert_eq!(arguments.len(), script_arguments(&requests, &limits));
+        let text = |argument: &[u8]| String::from_utf8(argument.to_vec()).unwrap();
+        let keys: Vec<String> = arguments[3..7].iter().map(|k| text(k)).collect();
+        let identity = |n: u128| {
+            let mut text = String::new();
+            push_identity(&mut text, n);
+            text
+        };
+        assert_eq!(text(&arguments[0]), "EVALSHA");
+        assert_eq!(text(&arguments[2]), "4");
+        assert_eq!(
+            keys,
+            [
+                format!("rl:a:{{{}}}", identity(0)),
+                format!("rl:b:{{{}}}:0", identity(1)),
+                format!("rl:b:{{{}}}:1", identity(1)),
+                format!("rl:c:{{{}}}", identity(2)),
+            ]
+        );
+        assert_eq!(text(&arguments[7]), "5", "now in µs");
+        // Each window's last two numbers: its key (from 1) and its slot.
+        let numbers: Vec<f64> = arguments[8]
+            .chunks_exact(8)
+            .map(|bytes| f64::from_le_bytes(bytes.try_into().unwrap()))
+            .collect();
+        let places: Vec<(f64, f64)> = numbers.chunks_exact(11).map(|w| (w[9], w[10])).collect();
+        assert_eq!(
+            places,
+            [(1.0, 0.0), (1.0, 1.0), (2.0, 0.0), (3.0, 1.0), (4.0, 0.0)]
+        );
+    }
+
     #[test]
     fn a_window_is_eleven_little_endian_doubles() {
         let request = WindowRequest {
