@@ -227,7 +227,7 @@ fn a_window_state_expires_inside_a_key_kept_for_a_longer_window() {
 fn malformed_script_calls_are_refused_with_what_was_wrong() {
     let server = RedisServer::start();
     let mut connection = server.connection();
-    let script = redis::Script::new(ratelimit_proxy::store::redis::SCRIPT);
+    let script = redis::Script::new(ratelimit_proxy::store::script::SCRIPT);
     // Algorithm, group, shadow, limit, per, interval, burst, cost, max_delay, key, slot.
     let window = |algorithm: f64, key: f64, slot: f64| -> Vec<u8> {
         [

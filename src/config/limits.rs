@@ -13,7 +13,8 @@ use crate::limit::key::{KeyPart, Missing};
 use crate::limit::rules::{LimitRule, OnError, Plans, Tier, Window};
 use crate::limit::sliding_log::MAX_LOG_LIMIT;
 use crate::limit::{Algorithm, Rate};
-use crate::store::redis::{EXACT_LIMIT, MAX_WINDOWS, describe_url_error};
+use crate::store::redis::{EXACT_LIMIT, describe_url_error};
+use crate::store::script::MAX_WINDOWS;
 
 pub(super) fn store(
     raw: Option<&RawStore>,

@@ -1,0 +1,389 @@
+//! The one script call a request makes: the Lua source, how a request's windows are written
+//! into an `EVALSHA` (the keys of their limit identities, eleven numbers per window) and how
+//! the reply (four numbers per window) is read back. Shared by a node and a cluster.
+
+use std::time::Duration;
+
+use super::pipe;
+use super::redis::{EXACT_LIMIT, StoreError};
+use super::{Small, WindowRequest};
+use crate::clock::Nanos;
+use crate::limit::{Algorithm, WindowCheck};
+
+/// The most windows one request may be checked against (config refuses routes whose limits
+/// have more): the script unpacks every window's eleven numbers in one call, and Redis's Lua
+/// holds about 8000 values on its C stack.
+pub const MAX_WINDOWS: usize = 256;
+
+/// Every algorithm's script, compiled into the one script a request calls, so a request that
+/// meets limits of different algorithms still makes one atomic call.
+pub const SCRIPT: &str = concat!(
+    include_str!("lua/common.lua"),
+    include_str!("lua/token_bucket.lua"),
+    include_str!("lua/gcra.lua"),
+    include_str!("lua/fixed_window.lua"),
+    include_str!("lua/sliding_window.lua"),
+    include_str!("lua/sliding_log.lua"),
+    include_str!("lua/check.lua"),
+);
+
+/// Eleven doubles per window (`push_window_parameters`).
+pub(super) const WINDOW_PARAMETER_BYTES: usize = 11 * 8;
+
+/// Appends the key of a limit identity (`limit` is the limit's name), which holds its
+/// windows; a sliding log's window adds `:{window}` for a sorted set of its own.
+fn push_identity_key(key: &mut String, key_prefix: &str, limit: &str, limit_identity: u128) {
+    key.push_str(key_prefix);
+    key.push_str(limit);
+    key.push_str(":{");
+    push_identity(key, limit_identity);
+    key.push('}');
+}
+
+/// Room for a key of `limit`: 22 identity characters, braces and colons, and a window
+/// number of up to 4 digits (a capacity hint; longer keys only grow the buffer).
+pub(super) fn key_length(key_prefix: &str, limit: &str) -> usize {
+    key_prefix.len() + limit.len() + 30
+}
+
+/// The EVALSHA of every window (`script_arguments` of them) with the script `sha`, written
+/// straight into the command: `ScriptInvocation` would allocate each argument apart and copy
+/// them again.
+pub(super) fn write_call(
+    command: &mut impl Arguments,
+    sha: &str,
+    key_prefix: &str,
+    requests: &[WindowRequest],
+    limits: &[&str],
+    now: Option<Nanos>,
+) {
+    command.push(b"EVALSHA");
+    command.push(sha.as_bytes());
+    command.push(
+        itoa::Buffer::new()
+            .format(script_keys(requests, limits))
+            .as_bytes(),
+    );
+    let longest_key = limits
+        .iter()
+        .map(|limit| key_length(key_prefix, limit))
+        .max();
+    let mut key = String::with_capacity(longest_key.unwrap_or(0));
+    for (i, (request, &limit)) in requests.iter().zip(limits).enumerate() {
+        if starts_key(requests, limits, i) {
+            key.clear();
+            push_identity_key(&mut key, key_prefix, limit, request.limit_identity);
+            if request.algorithm == Algorithm::SlidingLog {
+                key.push(':');
+                key.push_str(itoa::Buffer::new().format(request.window));
+            }
+            command.push(key.as_bytes());
+        }
+    }
+    match now {
+        Some(ns) => command.push(itoa::Buffer::new().format(ns / 1000).as_bytes()),
+        None => command.push(b""),
+    };
+    let mut parameters = Vec::with_capacity(WINDOW_PARAMETER_BYTES * requests.len());
+    let mut key_index = 0;
+    for i in 0..requests.len() {
+        key_index += usize::from(starts_key(requests, limits, i));
+        push_window_parameters(&mut parameters, &requests[i], key_index);
+    }
+    command.push(&parameters);
+}
+
+/// How many arguments `write_call` writes for `requests`.
+pub(super) fn script_arguments(requests: &[WindowRequest], limits: &[&str]) -> usize {
+    script_keys(requests, limits) + 5
+}
+
+/// Whether window `i` starts a key: the windows of one limit identity (adjacent) share one,
+/// but each sliding log's window is a sorted set of its own.
+fn starts_key(requests: &[WindowRequest], limits: &[&str], i: usize) -> bool {
+    i == 0
+        || requests[i].algorithm == Algorithm::SlidingLog
+        || requests[i].limit_identity != requests[i - 1].limit_identity
+        || limits[i] != limits[i - 1]
+}
+
+fn script_keys(requests: &[WindowRequest], limits: &[&str]) -> usize {
+    (0..requests.len())
+        .filter(|&i| starts_key(requests, limits, i))
+        .count()
+}
+
+/// Where a command's arguments go: the crate's command or the pipe's buffer.
+pub(super) trait Arguments {
+    fn push(&mut self, argument: &[u8]);
+}
+
+impl Arguments for redis::Cmd {
+    fn push(&mut self, argument: &[u8]) {
+        self.arg(argument);
+    }
+}
+
+impl Arguments for pipe::Command<'_> {
+    fn push(&mut self, argument: &[u8]) {
+        self.arg(argument);
+    }
+}
+
+/// The 128-bit identity in 22 characters of URL-safe base64 (no `{` or `}`, so it can be the
+/// key's hash tag): 10 bytes shorter than hex, in every key.
+fn push_identity(key: &mut String, identity: u128) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    // Into bytes, then one push: a `char` pushed at a time cost a UTF-8 check each.
+    let mut text = [0u8; 22];
+    for (i, slot) in text.iter_mut().enumerate() {
+        let shift = 128 - 6 * (i as i32 + 1);
+        let chunk = if shift >= 0 {
+            identity >> shift
+        } else {
+            identity << -shift
+        };
+        *slot = ALPHABET[(chunk & 63) as usize];
+    }
+    key.push_str(std::str::from_utf8(&text).unwrap_or_default());
+}
+
+/// A window's eleven numbers, as `check.lua` reads them: little-endian doubles (exact, every
+/// number being a whole number below 2^53 or, for an unbounded max_delay, merely huge), times
+/// in whole microseconds; `key_index` is the window's key among the call's (from 1).
+fn push_window_parameters(out: &mut Vec<u8>, request: &WindowRequest, key_index: usize) {
+    let rate = &request.rate;
+    let max_delay_us = u64::try_from(request.max_delay.as_micros()).unwrap_or(u64::MAX);
+    let numbers = [
+        u64::from(algorithm_code(request.algorithm)),
+        request.group as u64,
+        u64::from(request.shadow),
+        rate.limit,
+        (rate.per_ns() / 1000).max(1),
+        (rate.emission_interval_ns() / 1000).max(1),
+        rate.burst,
+        request.cost,
+        max_delay_us,
+        key_index as u64,
+        request.window as u64,
+    ];
+    for number in numbers {
+        out.extend_from_slice(&(number as f64).to_le_bytes());
+    }
+}
+
+fn algorithm_code(algorithm: Algorithm) -> u8 {
+    match algorithm {
+        Algorithm::TokenBucket => 1,
+        Algorithm::Gcra => 2,
+        Algorithm::SlidingWindow => 3,
+        Algorithm::FixedWindow => 4,
+        Algorithm::SlidingLog => 5,
+    }
+}
+
+/// The script's reply: four little-endian doubles per window, each a whole number once
+/// truncated toward zero (as Redis truncates a Lua number it returns as an integer).
+pub(super) fn parse_reply(reply: &[u8], windows: usize) -> Result<Small<WindowCheck>, StoreError> {
+    if reply.len() != windows * 4 * 8 {
+        return Err(StoreError::Protocol(format!(
+            "{} bytes for {windows} windows",
+            reply.len()
+        )));
+    }
+    let count = |bytes: &[u8]| {
+        let mut double = [0; 8];
+        double.copy_from_slice(bytes);
+        let number = f64::from_le_bytes(double).trunc();
+        if (0.0..EXACT_LIMIT as f64).contains(&number) {
+            Ok(number as u64)
+        } else {
+            Err(StoreError::Protocol(format!("{number} is not a count")))
+        }
+    };
+    reply
+        .chunks_exact(4 * 8)
+        .map(|window| {
+            let allowed = count(&window[..8])?;
+            let remaining = count(&window[8..16])?;
+            let (reset, wait) = (
+                micros(count(&window[16..24])?),
+                micros(count(&window[24..])?),
+            );
+            Ok(match allowed {
+                1 => WindowCheck::Allow {
+                    cell: [0, 0],
+                    remaining,
+                    reset,
+                    delay: wait,
+                },
+                _ => WindowCheck::Deny {
+                    retry_after: wait,
+                    remaining,
+                    reset,
+                },
+            })
+        })
+        .collect()
+}
+
+fn micros(us: u64) -> Duration {
+    Duration::from_micros(us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identities_take_22_url_safe_characters_and_keep_all_128_bits() {
+        let text = |identity: u128| {
+            let mut key = String::new();
+            push_identity(&mut key, identity);
+            key
+        };
+        assert_eq!(text(0), "A".repeat(22));
+        assert_eq!(text(u128::MAX), format!("{}w", "_".repeat(21)));
+        let mut seen = std::collections::HashSet::new();
+        for bit in 0..128 {
+            let key = text(1 << bit);
+            assert_eq!(key.len(), 22);
+            assert!(!key.contains(['{', '}']));
+            assert!(seen.insert(key), "bit {bit} is lost");
+        }
+    }
+
+    #[test]
+    fn a_reply_gives_four_numbers_a_window_and_anything_else_is_a_protocol_error() {
+        let reply =
+            |numbers: &[f64]| -> Vec<u8> { numbers.iter().flat_map(|n| n.to_le_bytes()).collect() };
+        let checks = parse_reply(&reply(&[1.0, 4.0, 2e6, 0.0, 0.0, 0.0, 5e5, 750000.9]), 2);
+        let checks = checks.unwrap();
+        assert!(matches!(
+            checks[0],
+            WindowCheck::Allow { remaining: 4, reset, .. } if reset == Duration::from_secs(2)
+        ));
+        assert!(matches!(
+            checks[1],
+            WindowCheck::Deny { retry_after, remaining: 0, .. }
+                if retry_after == Duration::from_millis(750)
+        ));
+        assert!(parse_reply(b"", 0).unwrap().is_empty());
+        for (reply, windows) in [
+            (reply(&[1.0, 4.0, 2e6]), 1),
+            (reply(&[1.0, 4.0, 2e6, 0.0]), 2),
+            (reply(&[1.0, -4.0, 2e6, 0.0]), 1),
+            (reply(&[1.0, 4.0, f64::NAN, 0.0]), 1),
+            (reply(&[1.0, 4.0, 1e300, 0.0]), 1),
+            (b"1 4 2000000 0".to_vec(), 1),
+        ] {
+            let error = parse_reply(&reply, windows).expect_err("malformed reply accepted");
+            assert!(matches!(error, StoreError::Protocol(_)), "{error:?}");
+        }
+    }
+
+    impl Arguments for Vec<Vec<u8>> {
+        fn push(&mut self, argument: &[u8]) {
+            Vec::push(self, argument.to_vec());
+        }
+    }
+
+    #[test]
+    fn an_identitys_windows_share_a_key_and_each_sliding_log_window_has_its_own() {
+        let window = |limit_identity: u128, algorithm, window| WindowRequest {
+            identity: limit_identity << 8 | window as u128,
+            limit_identity,
+            algorithm,
+            rate: crate::limit::Rate {
+                limit: 10,
+                per: Duration::from_secs(1),
+                burst: 10,
+            },
+            cost: 1,
+            max_delay: Duration::ZERO,
+            group: limit_identity as usize,
+            window,
+            shadow: false,
+        };
+        let (cell, log) = (Algorithm::TokenBucket, Algorithm::SlidingLog);
+        let requests = [
+            window(0, cell, 0),
+            window(0, cell, 1),
+            window(1, log, 0),
+            window(1, log, 1),
+            window(2, cell, 0),
+        ];
+        let limits = ["a", "a", "b", "b", "c"];
+        let mut arguments: Vec<Vec<u8>> = Vec::new();
+        write_call(
+            &mut arguments,
+            &"0".repeat(40),
+            "rl:",
+            &requests,
+            &limits,
+            Some(5_000),
+        );
+        assert_eq!(arguments.len(), script_arguments(&requests, &limits));
+        let text = |argument: &[u8]| String::from_utf8(argument.to_vec()).unwrap();
+        let keys: Vec<String> = arguments[3..7].iter().map(|k| text(k)).collect();
+        let identity = |n: u128| {
+            let mut text = String::new();
+            push_identity(&mut text, n);
+            text
+        };
+        assert_eq!(text(&arguments[0]), "EVALSHA");
+        assert_eq!(text(&arguments[2]), "4");
+        assert_eq!(
+            keys,
+            [
+                format!("rl:a:{{{}}}", identity(0)),
+                format!("rl:b:{{{}}}:0", identity(1)),
+                format!("rl:b:{{{}}}:1", identity(1)),
+                format!("rl:c:{{{}}}", identity(2)),
+            ]
+        );
+        assert_eq!(text(&arguments[7]), "5", "now in µs");
+        // Each window's last two numbers: its key (from 1) and its slot.
+        let numbers: Vec<f64> = arguments[8]
+            .chunks_exact(8)
+            .map(|bytes| f64::from_le_bytes(bytes.try_into().unwrap()))
+            .collect();
+        let places: Vec<(f64, f64)> = numbers.chunks_exact(11).map(|w| (w[9], w[10])).collect();
+        assert_eq!(
+            places,
+            [(1.0, 0.0), (1.0, 1.0), (2.0, 0.0), (3.0, 1.0), (4.0, 0.0)]
+        );
+    }
+
+    #[test]
+    fn a_window_is_eleven_little_endian_doubles() {
+        let request = WindowRequest {
+            identity: 1,
+            limit_identity: 1,
+            algorithm: Algorithm::Gcra,
+            rate: crate::limit::Rate {
+                limit: 10,
+                per: Duration::from_secs(1),
+                burst: 20,
+            },
+            cost: 3,
+            max_delay: Duration::from_millis(250),
+            group: 7,
+            window: 4,
+            shadow: true,
+        };
+        let mut parameters = vec![1];
+        push_window_parameters(&mut parameters, &request, 2);
+        let numbers: Vec<f64> = parameters[1..]
+            .chunks_exact(8)
+            .map(|bytes| f64::from_le_bytes(bytes.try_into().unwrap()))
+            .collect();
+        assert_eq!(parameters[0], 1, "appends to what is there");
+        assert_eq!(
+            numbers,
+            [
+                2.0, 7.0, 1.0, 10.0, 1e6, 1e5, 20.0, 3.0, 250_000.0, 2.0, 4.0
+            ]
+        );
+    }
+}
