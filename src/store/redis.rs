@@ -297,6 +297,18 @@ impl RedisStore {
         script::parse_reply(&reply, requests.len())
     }
 
+    /// This store's script call for `requests` (see `script::write_call`).
+    fn write_script_call(
+        &self,
+        command: &mut impl script::Arguments,
+        requests: &[WindowRequest],
+        limits: &[&str],
+        now: Option<Nanos>,
+    ) {
+        let sha = self.script.get_hash();
+        script::write_call(command, sha, &self.config.key_prefix, requests, limits, now);
+    }
+
     async fn invoke_on_pipe(
         &self,
         pipe: &Pipe,
@@ -307,14 +319,7 @@ impl RedisStore {
     ) -> Result<Bytes, StoreError> {
         let evalsha = |out: &mut Vec<u8>| {
             let mut command = pipe::Command::new(out, script::script_arguments(requests, limits));
-            script::write_call(
-                &mut command,
-                self.script.get_hash(),
-                &self.config.key_prefix,
-                requests,
-                limits,
-                now,
-            );
+            self.write_script_call(&mut command, requests, limits, now);
         };
         let reply = match pipe.call(deadline, evalsha).await {
             Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
@@ -355,14 +360,7 @@ impl RedisStore {
                 + keys_length
                 + script::WINDOW_PARAMETER_BYTES * requests.len(),
         );
-        script::write_call(
-            &mut command,
-            self.script.get_hash(),
-            &self.config.key_prefix,
-            requests,
-            limits,
-            now,
-        );
+        self.write_script_call(&mut command, requests, limits, now);
         let reply: Vec<u8> = match query(connection, &command).await {
             Err(error)
                 if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
