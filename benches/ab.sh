@@ -27,7 +27,7 @@ RATE=${RATE:-}
 
 source benches/common.sh
 ensure_tools wrk
-[ -z "$RATE" ] || command -v oha >/dev/null || cargo install oha --locked
+[ -z "$RATE" ] || ensure_oha
 
 UPSTREAM_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
@@ -61,11 +61,7 @@ measure() {
     wrk -t1 -c"$CONNS" -d"$DURATION" -H "x-api-key: bench" "$url" >"$WORK/run.txt"
     awk '/requests in/ {print $1} /Requests\/sec/ {print $2} END {print "- -"}' "$WORK/run.txt" | tr '\n' ' ' >"$WORK/run.fields"
   else
-    oha -z "$DURATION" -q "$RATE" -c "$CONNS" --no-tui --latency-correction --output-format json \
-      -H "x-api-key: bench" "$url" 2>/dev/null | python3 -c 'import json, sys
-d = json.load(sys.stdin); p = d["latencyPercentiles"]
-n = sum(d["statusCodeDistribution"].values())
-print(n, d["summary"]["requestsPerSec"], "%.3f %.3f" % (p["p50"] * 1000, p["p99"] * 1000))' >"$WORK/run.fields"
+    oha_at_rate "$RATE" "$DURATION" "$CONNS" "$url" >"$WORK/run.fields"
   fi
   local after; after=$(cpu_ticks "$2")
   local redis_ticks=-1; [ "$SCENARIO" = d ] && redis_ticks=$(( $(cpu_ticks "$REDIS_PID") - redis_before ))

@@ -19,6 +19,24 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }
 trap cleanup EXIT
 
+# ensure_oha: oha from `cargo install` when missing (a few minutes the first time).
+ensure_oha() {
+  if ! command -v oha >/dev/null; then
+    echo "installing oha (cargo install, a few minutes)" >&2
+    cargo install oha --locked --quiet
+  fi
+}
+
+# oha_at_rate RATE DURATION CONNS URL: one oha run at a fixed rate (latency-corrected, with the
+# load's `x-api-key`); prints "requests req/s p50_ms p99_ms".
+oha_at_rate() {
+  oha -z "$2" -q "$1" -c "$3" --no-tui --latency-correction --output-format json \
+    -H "x-api-key: bench" "$4" 2>/dev/null | python3 -c 'import json, sys
+d = json.load(sys.stdin); p = d["latencyPercentiles"]
+n = sum(d["statusCodeDistribution"].values())
+print(n, d["summary"]["requestsPerSec"], "%.3f %.3f" % (p["p50"] * 1000, p["p99"] * 1000))'
+}
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 # CPU ticks (utime+stime) of the given processes together, e.g. nginx's master and worker.

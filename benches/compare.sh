@@ -28,10 +28,7 @@ WORKERS=${WORKERS:-1}
 
 source benches/common.sh
 ensure_tools nginx wrk redis-server
-if ! command -v oha >/dev/null; then
-  echo "installing oha (cargo install, a few minutes)" >&2
-  cargo install oha --locked --quiet
-fi
+ensure_oha
 NGINX=$(command -v nginx)
 
 UPSTREAM_PORT=$(free_port)
@@ -219,15 +216,10 @@ fi
 for rate in "$RATE" ${EXTRA_RATES-5000}; do
   echo
   echo "(f) p50/p99 at a fixed $rate req/s, oha -c$CONNS -z$DURATION (latency-corrected); added = p99 − direct p99"
-  fixed_rate() { # URL -> "p50_ms p99_ms"
-    oha -z "$DURATION" -q "$rate" -c "$CONNS" --no-tui --latency-correction --output-format json \
-      -H "x-api-key: bench" "$1" 2>/dev/null |
-      python3 -c 'import json,sys; d=json.load(sys.stdin); p=d["latencyPercentiles"]; print("%.3f %.3f" % (p["p50"]*1000, p["p99"]*1000))'
-  }
-  read -r direct50 direct99 < <(fixed_rate "http://127.0.0.1:$UPSTREAM_PORT/bench")
+  read -r _ _ direct50 direct99 < <(oha_at_rate "$rate" "$DURATION" "$CONNS" "http://127.0.0.1:$UPSTREAM_PORT/bench")
   printf '%-30s %9s ms %9s ms\n' "direct to upstream" "$direct50" "$direct99"
   for target in "nginx limit_req|$NGINX_PORT" "(a) proxy only|$A_PORT" "(b) edge layer|$B_PORT" "(c) edge + 2 limits|$C_PORT" "(d) 2 Redis limits|$D_PORT"; do
-    read -r p50 p99 < <(fixed_rate "http://127.0.0.1:${target#*|}/bench")
+    read -r _ _ p50 p99 < <(oha_at_rate "$rate" "$DURATION" "$CONNS" "http://127.0.0.1:${target#*|}/bench")
     printf '%-30s %9s ms %9s ms   added p99 %s ms\n' "${target%|*}" "$p50" "$p99" "$(awk -v a="$p99" -v b="$direct99" 'BEGIN { printf "%.3f", a - b }')"
   done
 done

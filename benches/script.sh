@@ -13,10 +13,10 @@ source benches/common.sh
 ensure_tools redis-server
 start_redis
 if [ -z "${SCRIPT:-}" ]; then
-  # The order of `SCRIPT` in src/store/redis.rs.
+  # The parts in the order `SCRIPT` includes them (src/store/script.rs).
   SCRIPT=$WORK/script.lua
-  for part in common token_bucket gcra fixed_window sliding_window sliding_log check; do
-    cat "src/store/lua/$part.lua"
+  for part in $(grep -o 'lua/[a-z_]*\.lua' src/store/script.rs); do
+    cat "src/store/$part"
   done > "$SCRIPT"
 fi
 for _ in $(seq "$ROUNDS"); do
