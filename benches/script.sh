@@ -5,10 +5,16 @@
 #
 #   benches/script.sh                      # the script in src/store/lua, as the gateway loads it
 #   SCRIPT=/tmp/variant.lua benches/script.sh   # another version, e.g. one cut short to time a step
+#   MERGED=20 benches/script.sh            # each call carries 20 requests of the same two
+#                                          # identities, as the gateway merges a hot key's
+#                                          # requests (µs per request = per call / MERGED)
+#   MERGED=20 DISTINCT=1 benches/script.sh # the same with two identities of its own per request
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-15000}
 ROUNDS=${ROUNDS:-3}
+MERGED=${MERGED:-1}
+DISTINCT=${DISTINCT:-0}
 source benches/common.sh
 ensure_tools redis-server
 start_redis
@@ -20,9 +26,10 @@ if [ -z "${SCRIPT:-}" ]; then
   done > "$SCRIPT"
 fi
 for _ in $(seq "$ROUNDS"); do
-  python3 - "$REDIS_PORT" "$SCRIPT" "$N" <<'PY'
+  python3 - "$REDIS_PORT" "$SCRIPT" "$N" "$MERGED" "$DISTINCT" <<'PY'
 import re, socket, struct, sys
-port, path, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+port, path, n, merged, distinct = (int(sys.argv[1]), sys.argv[2], int(sys.argv[3]),
+                                   int(sys.argv[4]), sys.argv[5] == "1")
 s = socket.create_connection(("127.0.0.1", port))
 def command(*args):
     out = b"*%d\r\n" % len(args)
@@ -54,10 +61,16 @@ windows = [(1, 0, 0, 10_000_000, 60e6, 6, 10_000_000, 1, 0, 1, 0),
            (1, 0, 0, 1_000_000_000, 86400e6, 86.4, 1_000_000_000, 1, 0, 1, 1),
            (3, 1, 0, 1_000_000, 60e6, 60, 1_000_000, 1, 0, 2, 0),
            (3, 1, 0, 2_000_000, 3600e6, 1800, 2_000_000, 1, 0, 2, 1)]
-parameters = b"".join(struct.pack("<11d", *w) for w in windows)
 keys = ["rl:per-key:{cG1WZePM2WzGBpqJX6QAHA}", "rl:per-ip:{iPSj_s-zlTgy2-1l7ei1lw}"]
-one = command("EVALSHA", sha, str(len(keys)), *keys, "", parameters)
-first = call("EVALSHA", sha, str(len(keys)), *keys, "", parameters)
+if distinct:  # each request its own two keys: a window's key index moves on by two a request
+    parameters = b"".join(struct.pack("<11d", *w[:9], w[9] + 2 * r, w[10])
+                          for r in range(merged) for w in windows)
+    keys = [k.replace("}", "%d}" % r) for r in range(merged) for k in keys]
+else:
+    parameters = b"".join(struct.pack("<11d", *w) for w in windows) * merged
+counts = struct.pack("<d", len(windows)) * merged
+one = command("EVALSHA", sha, str(len(keys)), *keys, "", parameters, counts)
+first = call("EVALSHA", sha, str(len(keys)), *keys, "", parameters, counts)
 if first.startswith(b"-"):
     sys.exit("the script failed: %s" % first.decode(errors="replace"))
 call("CONFIG", "RESETSTAT")
@@ -71,4 +84,4 @@ while done < n:
 stats = call("INFO", "commandstats").decode()
 print(re.search(r"cmdstat_evalsha:calls=\d+,usec=\d+,usec_per_call=([\d.]+)", stats).group(1))
 PY
-done | sort -n | head -1 | awk -v n="$N" -v s="$(basename "$SCRIPT")" '{ printf "%s µs of redis-server time per script call (%s, min of runs of %d calls)\n", $1, s, n }'
+done | sort -n | head -1 | awk -v n="$N" -v m="$MERGED" -v s="$(basename "$SCRIPT")" '{ printf "%s µs of redis-server time per script call of %d request(s), %.1f µs per request (%s, min of runs of %d calls)\n", $1, m, $1 / m, s, n }'

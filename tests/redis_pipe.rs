@@ -11,6 +11,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::redis_server::RedisServer;
 use futures_util::future::join_all;
+use ratelimit_proxy::limit::{Algorithm, Rate};
+use ratelimit_proxy::store::WindowRequest;
 use ratelimit_proxy::store::pipe::{Command, Pipe, Reply, Settings, Tls};
 use ratelimit_proxy::store::redis::StoreError;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -523,4 +525,129 @@ fn a_call_off_an_event_loop_is_an_error() {
     let runtime = common::event_loop();
     let reply = runtime.block_on(ping(&pipe, soon()));
     assert_eq!(reply, status("PONG"));
+}
+
+/// One window of a token bucket of 10 a second for `identity`.
+fn window(identity: u128) -> WindowRequest {
+    WindowRequest {
+        identity,
+        limit_identity: identity,
+        algorithm: Algorithm::TokenBucket,
+        rate: Rate {
+            limit: 10,
+            per: Duration::from_secs(1),
+            burst: 10,
+        },
+        cost: 1,
+        max_delay: Duration::ZERO,
+        group: 0,
+        window: 0,
+        shadow: false,
+    }
+}
+
+const SHA: &str = "0123456789012345678901234567890123456789";
+
+async fn script_call(pipe: &Pipe, requests: &[WindowRequest]) -> Result<Reply, StoreError> {
+    let limits = vec!["limit"; requests.len()];
+    pipe.call_script(soon(), SHA, "p:", requests, &limits, None)
+        .await
+}
+
+/// A window's remaining count in a script's reply (four little-endian doubles a window).
+fn remaining(reply: &Result<Reply, StoreError>) -> f64 {
+    match reply {
+        Ok(Reply::Bulk(numbers)) if numbers.len() == 32 => {
+            f64::from_le_bytes(numbers[8..16].try_into().unwrap())
+        }
+        other => panic!("not one window's numbers: {other:?}"),
+    }
+}
+
+/// Script calls made together go out as one EVALSHA; each gets its own piece of the one
+/// reply, in the order they were made, a caller that gave up included (its piece is dropped,
+/// its request was still counted: it reached Redis).
+#[tokio::test]
+async fn script_calls_made_together_are_one_evalsha_each_answered_with_its_piece() {
+    let server = RedisServer::start();
+    let pipe = Pipe::new(settings(server.port));
+    let load = |out: &mut Vec<u8>| {
+        Command::new(out, 3)
+            .arg(b"SCRIPT")
+            .arg(b"LOAD")
+            .arg(ratelimit_proxy::store::script::SCRIPT.as_bytes());
+    };
+    let Ok(Reply::Bulk(sha)) = pipe.call(soon(), load).await else {
+        panic!("the script was not loaded");
+    };
+    let sha = String::from_utf8(sha.to_vec()).unwrap();
+    let limits = ["limit"];
+    let call = |identity| {
+        let requests = [window(identity)];
+        let (pipe, sha) = (&pipe, &sha);
+        async move {
+            pipe.call_script(soon(), sha, "p:", &requests, &limits, None)
+                .await
+        }
+    };
+    let mut given_up = Box::pin(call(1));
+    assert!(futures_util::poll!(given_up.as_mut()).is_pending());
+    let (second, other, third) = tokio::join!(call(1), call(2), call(1));
+    drop(given_up);
+    assert_eq!(remaining(&second), 8.0, "after the call given up");
+    assert_eq!(remaining(&other), 9.0, "another identity's own bucket");
+    assert_eq!(remaining(&third), 7.0);
+    assert_eq!(server.calls("evalsha"), 1, "four requests, one call");
+    assert_eq!(server.calls("set"), 2, "one write per key");
+}
+
+/// An error for a merged call is every merged caller's error; a reply of the wrong length
+/// fails them all, as no piece of it can be trusted.
+#[tokio::test]
+async fn a_merged_calls_error_or_a_reply_of_the_wrong_length_fails_each_caller() {
+    let (fake, port) = Fake::start().await;
+    let pipe = Pipe::new(settings(port));
+    let server = tokio::spawn(async move {
+        let mut stream = fake.accept().await;
+        for answer in [
+            &b"-NOSCRIPT No matching script\r\n"[..],
+            b"$40\r\n0123456789012345678901234567890123456789\r\n",
+        ] {
+            let mut buffer = vec![0; 64 * 1024];
+            let read = stream.read(&mut buffer).await.unwrap();
+            assert!(buffer[..read].windows(7).any(|w| w == b"EVALSHA"));
+            assert_eq!(
+                buffer[..read]
+                    .windows(7)
+                    .filter(|w| w == b"EVALSHA")
+                    .count(),
+                1
+            );
+            stream.write_all(answer).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let (one, two) = ([window(1)], [window(2), window(3)]);
+    let three = || async {
+        tokio::join!(
+            script_call(&pipe, &one),
+            script_call(&pipe, &two),
+            script_call(&pipe, &one),
+        )
+    };
+    let (a, b, c) = three().await;
+    for reply in [a, b, c] {
+        assert!(
+            matches!(&reply, Err(StoreError::Server(e)) if e.starts_with("NOSCRIPT")),
+            "{reply:?}"
+        );
+    }
+    let (a, b, c) = three().await;
+    for reply in [a, b, c] {
+        assert!(
+            matches!(&reply, Err(StoreError::Protocol(e)) if e.contains("a reply of 40 bytes to calls of 128")),
+            "{reply:?}"
+        );
+    }
+    server.abort();
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::redis_server::RedisServer;
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use ratelimit_proxy::limit::{Algorithm, Rate, WindowCheck};
 use ratelimit_proxy::store::memory::MemoryStore;
 use ratelimit_proxy::store::redis::{RedisConfig, RedisStore};
@@ -130,6 +130,33 @@ fn same_answer(memory: &WindowCheck, redis: &WindowCheck) -> bool {
     }
 }
 
+/// Each run's limit names: shrinking replays a case, so each run gets keys of its own.
+fn limit_names(run: u64, case: &Case) -> Vec<String> {
+    case.windows
+        .iter()
+        .map(|w| format!("run{run}-limit{}", w.group))
+        .collect()
+}
+
+/// The Rust algorithms' answers (`expected`) against the Lua scripts', window by window.
+fn same_answers(
+    expected: &[WindowCheck],
+    actual: &[WindowCheck],
+    requests: &[WindowRequest],
+    context: &str,
+) -> Result<(), TestCaseError> {
+    prop_assert_eq!(expected.len(), actual.len());
+    for (i, (m, r)) in expected.iter().zip(actual).enumerate() {
+        prop_assert!(
+            same_answer(m, r),
+            "{context}, window {i} {:?} {:?}: rust {m:?}, lua {r:?}",
+            requests[i].algorithm,
+            requests[i].rate
+        );
+    }
+    Ok(())
+}
+
 #[test]
 fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
     let server = RedisServer::start();
@@ -139,17 +166,12 @@ fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
         cases: 200,
         ..ProptestConfig::default()
     });
-    // Shrinking replays a case: each run gets keys of its own.
     let runs = std::sync::atomic::AtomicU64::new(0);
     runner
         .run(&case_strategy(), |case| {
             let run = runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let memory = MemoryStore::new(1 << 16);
-            let names: Vec<String> = case
-                .windows
-                .iter()
-                .map(|w| format!("run{run}-limit{}", w.group))
-                .collect();
+            let names = limit_names(run, &case);
             let limits: Vec<&str> = names.iter().map(String::as_str).collect();
             let mut now_us = START_US;
             for (step, &(advance, cost)) in case.steps.iter().enumerate() {
@@ -164,15 +186,75 @@ fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
                 let outcome = runtime.block_on(store.check_all(&requests, &limits, Some(now_ns)));
                 prop_assert!(outcome.error.is_none(), "store error: {:?}", outcome.error);
                 let actual: Small<WindowCheck> = outcome.checks.into_iter().flatten().collect();
-                for (i, (m, r)) in expected.iter().zip(&actual).enumerate() {
-                    prop_assert!(
-                        same_answer(m, r),
-                        "step {step} (t+{advance}µs, cost {cost}), window {i} {:?} {:?}: rust {m:?}, lua {r:?}",
-                        requests[i].algorithm,
-                        requests[i].rate
-                    );
+                let step = format!("step {step} (t+{advance}µs, cost {cost})");
+                same_answers(&expected, &actual, &requests, &step)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+}
+
+/// Requests made together on one worker go to Redis as one script call (see `script::Batch`),
+/// checked in the order they were made, each seeing what the ones before it committed: each
+/// answer is the one the Rust algorithms give when the same requests come one after another,
+/// whether they share identities (a hot key, read and written once) or not.
+#[test]
+fn merged_calls_answer_as_the_same_calls_made_one_after_another() {
+    let server = RedisServer::start();
+    let runtime = common::event_loop();
+    let store = RedisStore::new(store_config(&server, "merged:"), 1);
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 40,
+        ..ProptestConfig::default()
+    });
+    let runs = std::sync::atomic::AtomicU64::new(0);
+    // Each request: the case's windows for one of three identities, at a cost of 1 to 3.
+    let requests_strategy = prop::collection::vec((0..3u128, 1..=3u64), 1..40);
+    let rounds = prop::collection::vec((0..3_000_000u64, requests_strategy), 1..4);
+    runner
+        .run(&(case_strategy(), rounds), |(case, rounds)| {
+            let run = runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let memory = MemoryStore::new(1 << 16);
+            let names = limit_names(run, &case);
+            let limits: Vec<&str> = names.iter().map(String::as_str).collect();
+            let evalsha_before = server.calls("evalsha");
+            let mut now_us = START_US;
+            let mut made = 0;
+            for (advance, made_together) in rounds {
+                now_us += advance;
+                let now_ns = now_us * 1000;
+                let all: Vec<Vec<WindowRequest>> = made_together
+                    .iter()
+                    .map(|&(who, cost)| {
+                        case.windows
+                            .iter()
+                            .map(|w| WindowRequest {
+                                cost,
+                                identity: w.identity ^ who << 100,
+                                limit_identity: w.limit_identity ^ who << 100,
+                                ..w.clone()
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let calls = all
+                    .iter()
+                    .map(|requests| store.check_all(requests, &limits, Some(now_ns)));
+                let outcomes = runtime.block_on(futures_util::future::join_all(calls));
+                made += all.len();
+                for (n, (requests, outcome)) in all.iter().zip(outcomes).enumerate() {
+                    prop_assert!(outcome.error.is_none(), "store error: {:?}", outcome.error);
+                    let expected = memory.check_all(requests, now_ns);
+                    let actual: Small<WindowCheck> = outcome.checks.into_iter().flatten().collect();
+                    same_answers(&expected, &actual, requests, &format!("request {n}"))?;
                 }
             }
+            // Requests made together went out together: fewer calls than requests.
+            let evalsha = server.calls("evalsha") - evalsha_before;
+            prop_assert!(
+                evalsha < made as u64 || made == 1,
+                "{evalsha} script calls for {made} requests"
+            );
             Ok(())
         })
         .unwrap();
@@ -221,43 +303,101 @@ fn a_window_state_expires_inside_a_key_kept_for_a_longer_window() {
     );
 }
 
-/// The script can be called by anything that reaches Redis: parameters of the wrong size or an
-/// algorithm it does not know are refused with a message that says which, and write nothing.
+/// The script can be called by anything that reaches Redis: parameters of the wrong size, an
+/// algorithm it does not know, window counts that do not add up are refused with a message
+/// that says which, and write nothing, not even for the well-formed requests of the call.
 #[test]
 fn malformed_script_calls_are_refused_with_what_was_wrong() {
     let server = RedisServer::start();
     let mut connection = server.connection();
     let script = redis::Script::new(ratelimit_proxy::store::script::SCRIPT);
+    let doubles =
+        |numbers: &[f64]| -> Vec<u8> { numbers.iter().flat_map(|n| n.to_le_bytes()).collect() };
     // Algorithm, group, shadow, limit, per, interval, burst, cost, max_delay, key, slot.
     let window = |algorithm: f64, key: f64, slot: f64| -> Vec<u8> {
-        [
+        doubles(&[
             algorithm, 0.0, 0.0, 10.0, 1e6, 1e5, 10.0, 1.0, 0.0, key, slot,
-        ]
-        .iter()
-        .flat_map(|n| n.to_le_bytes())
-        .collect()
+        ])
     };
-    let mut short = window(1.0, 1.0, 0.0);
+    let well_formed = window(1.0, 1.0, 0.0);
+    let mut short = well_formed.clone();
     short.pop();
-    let mut refusal = |parameters: &[u8]| -> String {
+    // A first request well formed, then the one given.
+    let after_a_good_one = |second: Vec<u8>| [well_formed.clone(), second].concat();
+    let two = doubles(&[1.0, 1.0]);
+    let mut refusal = |parameters: &[u8], counts: &[u8]| -> String {
         let error = script
             .key("bad:{x}")
             .arg("")
             .arg(parameters)
+            .arg(counts)
             .invoke::<Vec<u8>>(&mut connection)
             .expect_err("a malformed call was answered");
         error.to_string()
     };
-    for (parameters, expected) in [
-        (short, "window parameters of 87 bytes, not a multiple of 88"),
-        (window(9.0, 1.0, 0.0), "unknown algorithm 9 in window 1"),
-        (window(1.0, 2.0, 0.0), "window 1 names key 2 of 1"),
-        (window(1.0, 0.0, 0.0), "window 1 names key 0 of 1"),
-        (window(1.0, 1.0, -1.0), "window 1 has slot -1"),
-        (window(1.0, 1.0, 256.0), "window 1 has slot 256"),
-        (window(1.0, 1.0, 0.5), "window 1 has slot 0.5"),
+    for (parameters, counts, expected) in [
+        (
+            short,
+            doubles(&[1.0]),
+            "window parameters of 87 bytes, not a multiple of 88",
+        ),
+        (
+            after_a_good_one(window(9.0, 1.0, 0.0)),
+            two.clone(),
+            "unknown algorithm 9 in window 2",
+        ),
+        (
+            after_a_good_one(window(1.0, 2.0, 0.0)),
+            two.clone(),
+            "window 2 names key 2 of 1",
+        ),
+        (
+            window(1.0, 0.0, 0.0),
+            doubles(&[1.0]),
+            "window 1 names key 0 of 1",
+        ),
+        (
+            after_a_good_one(window(1.0, 1.0, -1.0)),
+            two.clone(),
+            "window 2 has slot -1",
+        ),
+        (
+            window(1.0, 1.0, 256.0),
+            doubles(&[1.0]),
+            "window 1 has slot 256",
+        ),
+        (
+            window(1.0, 1.0, 0.5),
+            doubles(&[1.0]),
+            "window 1 has slot 0.5",
+        ),
+        (
+            well_formed.clone(),
+            vec![1],
+            "window counts of 1 bytes, not a multiple of 8",
+        ),
+        (
+            well_formed.clone(),
+            Vec::new(),
+            "the requests have 0 windows, the parameters 1",
+        ),
+        (
+            after_a_good_one(well_formed.clone()),
+            doubles(&[1.0, 0.0, 1.0]),
+            "request 2 has 0 windows",
+        ),
+        (
+            after_a_good_one(well_formed.clone()),
+            doubles(&[1.5, 0.5]),
+            "request 1 has 1.5 windows",
+        ),
+        (
+            after_a_good_one(well_formed.clone()),
+            doubles(&[1.0, 2.0]),
+            "the requests have 3 windows, the parameters 2",
+        ),
     ] {
-        let refused = refusal(&parameters);
+        let refused = refusal(&parameters, &counts);
         assert!(refused.contains(expected), "{refused}");
     }
     let written: bool = redis::cmd("EXISTS")
@@ -265,14 +405,15 @@ fn malformed_script_calls_are_refused_with_what_was_wrong() {
         .query(&mut server.connection())
         .unwrap();
     assert!(!written);
-    // The same call well formed is answered: 4 doubles.
+    // The same calls well formed are answered: 4 doubles a window.
     let answer: Vec<u8> = script
         .key("bad:{x}")
         .arg("")
-        .arg(window(1.0, 1.0, 0.0))
+        .arg(after_a_good_one(well_formed.clone()))
+        .arg(two)
         .invoke(&mut server.connection())
         .unwrap();
-    assert_eq!(answer.len(), 32);
+    assert_eq!(answer.len(), 64);
 }
 
 fn store_config(server: &RedisServer, key_prefix: &str) -> RedisConfig {

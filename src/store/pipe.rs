@@ -5,6 +5,10 @@
 //! and no allocation, arms no timer of its own (the driver keeps one for every call it
 //! waits on) and its reply is cut out of the read buffer, not built as a tree of values.
 //! TCP, plain or TLS; a cluster stays on the crate's cluster connection.
+//!
+//! The script calls made while the driver is busy writing are merged into one (see
+//! `script::Batch`): Redis runs the script once for all of them, each request's answer a
+//! piece of the one reply.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -21,7 +25,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
+use super::WindowRequest;
 use super::redis::StoreError;
+use super::script::{Batch, REPLY_BYTES_PER_WINDOW};
+use crate::clock::Nanos;
 use crate::proxy::http1::Stream;
 
 /// Calls waiting on one connection beyond which new ones fail at once: a stalled Redis
@@ -107,6 +114,9 @@ struct Shared {
 struct State {
     /// Commands the driver has not taken yet.
     queued: Vec<u8>,
+    /// Script calls to merge into one, written after `queued`; the last `merged` calls.
+    batch: Batch,
+    merged: usize,
     /// Calls `first..first + calls.len()` by id, in the order of their commands.
     calls: VecDeque<Call>,
     first: u64,
@@ -123,6 +133,17 @@ struct State {
 struct Call {
     deadline: Instant,
     state: CallState,
+    piece: Piece,
+}
+
+/// Which reply a call takes.
+#[derive(Clone, Copy)]
+enum Piece {
+    /// A reply of its own.
+    Whole,
+    /// The next `bytes` of a bulk reply it shares with the calls merged with it, which come
+    /// before it in the order; `last`: the merged call ends with it.
+    Merged { bytes: usize, last: bool },
 }
 
 enum CallState {
@@ -140,6 +161,8 @@ impl Pipe {
                 settings,
                 state: Mutex::new(State {
                     queued: Vec::with_capacity(READ_CHUNK),
+                    batch: Batch::default(),
+                    merged: 0,
                     calls: VecDeque::new(),
                     first: 0,
                     unanswered: 0,
@@ -159,19 +182,52 @@ impl Pipe {
         deadline: Instant,
         write: impl FnOnce(&mut Vec<u8>),
     ) -> Result<Reply, StoreError> {
-        let id = self.queue(deadline, write)?;
+        let id = self.queue(deadline, Piece::Whole, |state| {
+            state.close_batch();
+            write(&mut state.queued);
+        })?;
+        self.wait(id).await
+    }
+
+    /// Checks `requests`' windows (`limits` names each one's limit) with the script `sha`,
+    /// merged with the other script calls queued before the driver next writes, and waits
+    /// until `deadline` for this request's piece of the reply: four doubles per window.
+    pub async fn call_script(
+        &self,
+        deadline: Instant,
+        sha: &str,
+        key_prefix: &str,
+        requests: &[WindowRequest],
+        limits: &[&str],
+        now: Option<Nanos>,
+    ) -> Result<Reply, StoreError> {
+        let piece = Piece::Merged {
+            bytes: REPLY_BYTES_PER_WINDOW * requests.len(),
+            last: false,
+        };
+        let id = self.queue(deadline, piece, |state| {
+            if !state.batch.fits(requests.len(), now) {
+                state.close_batch();
+            }
+            state.batch.add(sha, key_prefix, requests, limits, now);
+            state.merged += 1;
+        })?;
+        self.wait(id).await
+    }
+
+    fn wait(&self, id: u64) -> Pending<'_> {
         Pending {
             shared: &self.shared,
             id,
             taken: false,
         }
-        .await
     }
 
     fn queue(
         &self,
         deadline: Instant,
-        write: impl FnOnce(&mut Vec<u8>),
+        piece: Piece,
+        write: impl FnOnce(&mut State),
     ) -> Result<u64, StoreError> {
         let mut state = self.shared.lock();
         if state.calls.len() >= MOST_WAITING {
@@ -187,12 +243,13 @@ impl Pipe {
                     StoreError::Connection("called outside a tokio event loop".into())
                 })?),
             };
-        let nothing_queued = state.queued.is_empty();
-        write(&mut state.queued);
+        let nothing_queued = state.queued.is_empty() && state.merged == 0;
+        write(&mut state);
         let id = state.first + state.calls.len() as u64;
         state.calls.push_back(Call {
             deadline,
             state: CallState::Waiting(None),
+            piece,
         });
         if let Some(runtime) = runtime {
             state.driver_running = true;
@@ -246,14 +303,81 @@ impl State {
         }
     }
 
+    /// Writes the merged script call out after the queued commands; its last call is marked
+    /// as where its reply ends.
+    fn close_batch(&mut self) {
+        if self.merged == 0 {
+            return;
+        }
+        let mut command = Command::new(&mut self.queued, self.batch.arguments());
+        self.batch.write(&mut command);
+        self.merged = 0;
+        if let Some(Call {
+            piece: Piece::Merged { last, .. },
+            ..
+        }) = self.calls.back_mut()
+        {
+            *last = true;
+        }
+    }
+
     /// The next reply from Redis arrived.
     fn answer(&mut self, result: Result<Reply, StoreError>) -> Result<(), StoreError> {
-        if self.unanswered >= self.end() {
+        let Some(call) = self.call(self.unanswered) else {
             return Err(StoreError::Protocol("a reply to no command".into()));
+        };
+        match call.piece {
+            Piece::Whole => {
+                self.finish(self.unanswered, result);
+                self.unanswered += 1;
+            }
+            Piece::Merged { .. } => self.share(result)?,
         }
-        self.finish(self.unanswered, result);
-        self.unanswered += 1;
         self.drop_finished();
+        Ok(())
+    }
+
+    /// Gives each call of a merged script call its piece of the reply: its bytes, or the
+    /// error (all of them fail together, as one script run).
+    fn share(&mut self, result: Result<Reply, StoreError>) -> Result<(), StoreError> {
+        let (mut calls, mut bytes) = (0, 0);
+        loop {
+            match self.call(self.unanswered + calls).map(|call| call.piece) {
+                Some(Piece::Merged { bytes: piece, last }) => {
+                    calls += 1;
+                    bytes += piece;
+                    if last {
+                        break;
+                    }
+                }
+                _ => return Err(StoreError::Protocol("a reply to no command".into())),
+            }
+        }
+        let result = match result {
+            Ok(Reply::Bulk(reply)) if reply.len() != bytes => Err(StoreError::Protocol(format!(
+                "a reply of {} bytes to calls of {bytes}",
+                reply.len()
+            ))),
+            result => result,
+        };
+        let mut start = 0;
+        for id in self.unanswered..self.unanswered + calls {
+            let Some(Call {
+                piece: Piece::Merged { bytes: piece, .. },
+                ..
+            }) = self.call(id)
+            else {
+                continue;
+            };
+            let end = start + *piece;
+            let mine = match &result {
+                Ok(Reply::Bulk(reply)) => Ok(Reply::Bulk(reply.slice(start..end))),
+                other => other.clone(),
+            };
+            start = end;
+            self.finish(id, mine);
+        }
+        self.unanswered += calls;
         Ok(())
     }
 
@@ -298,6 +422,8 @@ impl State {
         }
         self.unanswered = self.end();
         self.queued.clear();
+        self.batch.clear();
+        self.merged = 0;
         self.driver_running = false;
         self.driver = None;
         self.timer_armed = false;
@@ -423,6 +549,7 @@ impl Connection {
                 self.writing.clear();
                 self.written = 0;
                 let mut state = self.shared.lock();
+                state.close_batch();
                 std::mem::swap(&mut state.queued, &mut self.writing);
                 if self.writing.is_empty() {
                     drop(state);

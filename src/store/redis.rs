@@ -297,18 +297,6 @@ impl RedisStore {
         script::parse_reply(&reply, requests.len())
     }
 
-    /// This store's script call for `requests` (see `script::write_call`).
-    fn write_script_call(
-        &self,
-        command: &mut impl script::Arguments,
-        requests: &[WindowRequest],
-        limits: &[&str],
-        now: Option<Nanos>,
-    ) {
-        let sha = self.script.get_hash();
-        script::write_call(command, sha, &self.config.key_prefix, requests, limits, now);
-    }
-
     async fn invoke_on_pipe(
         &self,
         pipe: &Pipe,
@@ -317,11 +305,10 @@ impl RedisStore {
         limits: &[&str],
         now: Option<Nanos>,
     ) -> Result<Bytes, StoreError> {
-        let evalsha = |out: &mut Vec<u8>| {
-            let mut command = pipe::Command::new(out, script::script_arguments(requests, limits));
-            self.write_script_call(&mut command, requests, limits, now);
-        };
-        let reply = match pipe.call(deadline, evalsha).await {
+        let sha = self.script.get_hash();
+        let key_prefix = &self.config.key_prefix;
+        let evalsha = || pipe.call_script(deadline, sha, key_prefix, requests, limits, now);
+        let reply = match evalsha().await {
             Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
                 // A restarted or flushed Redis: load the script and retry once.
                 let load = |out: &mut Vec<u8>| {
@@ -331,7 +318,7 @@ impl RedisStore {
                         .arg(SCRIPT.as_bytes());
                 };
                 pipe.call(deadline, load).await?;
-                pipe.call(deadline, evalsha).await?
+                evalsha().await?
             }
             reply => reply?,
         };
@@ -348,19 +335,25 @@ impl RedisStore {
         limits: &[&str],
         now: Option<Nanos>,
     ) -> Result<Bytes, StoreError> {
+        let key_prefix = &self.config.key_prefix;
         let keys_length: usize = limits
             .iter()
-            .map(|limit| script::key_length(&self.config.key_prefix, limit))
+            .map(|limit| script::key_length(key_prefix, limit))
             .sum();
+        // A batch of this one request: a cluster's keys of different requests may live on
+        // different nodes.
+        let mut batch = script::Batch::default();
+        batch.add(self.script.get_hash(), key_prefix, requests, limits, now);
         let mut command = redis::Cmd::with_capacity(
-            script::script_arguments(requests, limits),
+            batch.arguments(),
             "EVALSHA".len()
                 + 40
                 + 24
                 + keys_length
-                + script::WINDOW_PARAMETER_BYTES * requests.len(),
+                + script::WINDOW_PARAMETER_BYTES * requests.len()
+                + 8,
         );
-        self.write_script_call(&mut command, requests, limits, now);
+        batch.write(&mut command);
         let reply: Vec<u8> = match query(connection, &command).await {
             Err(error)
                 if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>

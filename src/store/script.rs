@@ -4,6 +4,10 @@
 
 use std::time::Duration;
 
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
 use super::pipe;
 use super::redis::{EXACT_LIMIT, StoreError};
 use super::{Small, WindowRequest};
@@ -46,56 +50,130 @@ pub(super) fn key_length(key_prefix: &str, limit: &str) -> usize {
     key_prefix.len() + limit.len() + 30
 }
 
-/// The EVALSHA of every window (`script_arguments` of them) with the script `sha`, written
-/// straight into the command: `ScriptInvocation` would allocate each argument apart and copy
-/// them again.
-pub(super) fn write_call(
-    command: &mut impl Arguments,
-    sha: &str,
-    key_prefix: &str,
-    requests: &[WindowRequest],
-    limits: &[&str],
+/// Requests merged into one script call: the windows of every request added, in turn, with
+/// the keys they name each written once (a hot key is read and written once for the whole
+/// call), then written out as one `EVALSHA`. The script answers with every window's numbers
+/// in the same order, so each request's are the next `reply_bytes` of the reply.
+#[derive(Default)]
+pub(super) struct Batch {
+    sha: String,
+    /// The `now` every request added was made with (tests give one; None is Redis's clock).
     now: Option<Nanos>,
-) {
-    command.push(b"EVALSHA");
-    command.push(sha.as_bytes());
-    command.push(
-        itoa::Buffer::new()
-            .format(script_keys(requests, limits))
-            .as_bytes(),
-    );
-    let longest_key = limits
-        .iter()
-        .map(|limit| key_length(key_prefix, limit))
-        .max();
-    let mut key = String::with_capacity(longest_key.unwrap_or(0));
-    for (i, (request, &limit)) in requests.iter().zip(limits).enumerate() {
-        if starts_key(requests, limits, i) {
-            key.clear();
-            push_identity_key(&mut key, key_prefix, limit, request.limit_identity);
-            if request.algorithm == Algorithm::SlidingLog {
-                key.push(':');
-                key.push_str(itoa::Buffer::new().format(request.window));
-            }
-            command.push(key.as_bytes());
-        }
-    }
-    match now {
-        Some(ns) => command.push(itoa::Buffer::new().format(ns / 1000).as_bytes()),
-        None => command.push(b""),
-    };
-    let mut parameters = Vec::with_capacity(WINDOW_PARAMETER_BYTES * requests.len());
-    let mut key_index = 0;
-    for i in 0..requests.len() {
-        key_index += usize::from(starts_key(requests, limits, i));
-        push_window_parameters(&mut parameters, &requests[i], key_index);
-    }
-    command.push(&parameters);
+    /// Every key's bytes, back to back; `key_ends[k]` is where key `k` ends.
+    keys: Vec<u8>,
+    key_ends: Vec<usize>,
+    /// Each key's index, found by its bytes.
+    key_index: HashTable<usize>,
+    hasher: foldhash::fast::RandomState,
+    parameters: Vec<u8>,
+    /// A little-endian double per request: how many windows are its.
+    window_counts: Vec<u8>,
+    windows: usize,
+    /// Where a key is written before it is looked up.
+    key: String,
 }
 
-/// How many arguments `write_call` writes for `requests`.
-pub(super) fn script_arguments(requests: &[WindowRequest], limits: &[&str]) -> usize {
-    script_keys(requests, limits) + 5
+/// The reply's bytes for each window: four doubles.
+pub(super) const REPLY_BYTES_PER_WINDOW: usize = 4 * 8;
+
+impl Batch {
+    pub fn is_empty(&self) -> bool {
+        self.window_counts.is_empty()
+    }
+
+    /// Whether a request of `windows` made with `now` can join this call: one `now` for all,
+    /// and at most `MAX_WINDOWS` together (the script unpacks them all at once).
+    pub fn fits(&self, windows: usize, now: Option<Nanos>) -> bool {
+        self.is_empty() || (self.now == now && self.windows + windows <= MAX_WINDOWS)
+    }
+
+    /// Adds a request's windows (`limits` names each one's limit) to the call of the script
+    /// `sha`, its keys under `key_prefix`. The caller checks `fits` first.
+    pub fn add(
+        &mut self,
+        sha: &str,
+        key_prefix: &str,
+        requests: &[WindowRequest],
+        limits: &[&str],
+        now: Option<Nanos>,
+    ) {
+        if self.is_empty() {
+            self.sha.clear();
+            self.sha.push_str(sha);
+            self.now = now;
+        }
+        let mut key = std::mem::take(&mut self.key);
+        let mut key_index = 0;
+        for (i, (request, &limit)) in requests.iter().zip(limits).enumerate() {
+            if starts_key(requests, limits, i) {
+                key.clear();
+                push_identity_key(&mut key, key_prefix, limit, request.limit_identity);
+                if request.algorithm == Algorithm::SlidingLog {
+                    key.push(':');
+                    key.push_str(itoa::Buffer::new().format(request.window));
+                }
+                key_index = self.index_of(key.as_bytes()) + 1;
+            }
+            push_window_parameters(&mut self.parameters, request, key_index);
+        }
+        self.key = key;
+        self.windows += requests.len();
+        self.window_counts
+            .extend_from_slice(&(requests.len() as f64).to_le_bytes());
+    }
+
+    /// The index of `key` among the call's keys, added when it is new.
+    fn index_of(&mut self, key: &[u8]) -> usize {
+        let hash = self.hasher.hash_one(key);
+        let (keys, ends) = (&self.keys, &self.key_ends);
+        let bytes_of =
+            |index: usize| &keys[index.checked_sub(1).map_or(0, |i| ends[i])..ends[index]];
+        if let Some(&index) = self.key_index.find(hash, |&index| bytes_of(index) == key) {
+            return index;
+        }
+        let index = self.key_ends.len();
+        self.keys.extend_from_slice(key);
+        self.key_ends.push(self.keys.len());
+        let (keys, ends, hasher) = (&self.keys, &self.key_ends, &self.hasher);
+        self.key_index.insert_unique(hash, index, |&index| {
+            let start = index.checked_sub(1).map_or(0, |i| ends[i]);
+            hasher.hash_one(&keys[start..ends[index]])
+        });
+        index
+    }
+
+    /// How many arguments `write` writes.
+    pub fn arguments(&self) -> usize {
+        self.key_ends.len() + 6
+    }
+
+    /// Writes the `EVALSHA` of everything added (`arguments` of them) and empties the batch.
+    pub fn write(&mut self, command: &mut impl Arguments) {
+        command.push(b"EVALSHA");
+        command.push(self.sha.as_bytes());
+        command.push(itoa::Buffer::new().format(self.key_ends.len()).as_bytes());
+        let mut start = 0;
+        for &end in &self.key_ends {
+            command.push(&self.keys[start..end]);
+            start = end;
+        }
+        match self.now {
+            Some(ns) => command.push(itoa::Buffer::new().format(ns / 1000).as_bytes()),
+            None => command.push(b""),
+        };
+        command.push(&self.parameters);
+        command.push(&self.window_counts);
+        self.clear();
+    }
+
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.key_ends.clear();
+        self.key_index.clear();
+        self.parameters.clear();
+        self.window_counts.clear();
+        self.windows = 0;
+    }
 }
 
 /// Whether window `i` starts a key: the windows of one limit identity (adjacent) share one,
@@ -105,12 +183,6 @@ fn starts_key(requests: &[WindowRequest], limits: &[&str], i: usize) -> bool {
         || requests[i].algorithm == Algorithm::SlidingLog
         || requests[i].limit_identity != requests[i - 1].limit_identity
         || limits[i] != limits[i - 1]
-}
-
-fn script_keys(requests: &[WindowRequest], limits: &[&str]) -> usize {
-    (0..requests.len())
-        .filter(|&i| starts_key(requests, limits, i))
-        .count()
 }
 
 /// Where a command's arguments go: the crate's command or the pipe's buffer.
@@ -289,7 +361,7 @@ mod tests {
     }
 
     #[test]
-    fn an_identitys_windows_share_a_key_and_each_sliding_log_window_has_its_own() {
+    fn an_identitys_windows_share_a_key_and_requests_merged_share_their_keys() {
         let window = |limit_identity: u128, algorithm, window| WindowRequest {
             identity: limit_identity << 8 | window as u128,
             limit_identity,
@@ -314,25 +386,40 @@ mod tests {
             window(2, cell, 0),
         ];
         let limits = ["a", "a", "b", "b", "c"];
-        let mut arguments: Vec<Vec<u8>> = Vec::new();
-        write_call(
-            &mut arguments,
-            &"0".repeat(40),
-            "rl:",
-            &requests,
-            &limits,
-            Some(5_000),
+        let mut batch = Batch::default();
+        let sha = "0".repeat(40);
+        assert!(
+            batch.fits(MAX_WINDOWS, Some(5_000)),
+            "an empty batch takes any request"
         );
-        assert_eq!(arguments.len(), script_arguments(&requests, &limits));
+        batch.add(&sha, "rl:", &requests, &limits, Some(5_000));
+        // A second request of the same identity of "a" and a new one of "c": a key already
+        // in the call is named by its index, not sent again.
+        let second = [window(0, cell, 0), window(0, cell, 1), window(3, cell, 0)];
+        assert!(batch.fits(second.len(), Some(5_000)));
+        assert!(
+            !batch.fits(second.len(), Some(6_000)),
+            "one now for the call"
+        );
+        assert!(
+            !batch.fits(MAX_WINDOWS - 4, Some(5_000)),
+            "at most MAX_WINDOWS"
+        );
+        batch.add(&sha, "rl:", &second, &["a", "a", "c"], Some(5_000));
+        let mut arguments: Vec<Vec<u8>> = Vec::new();
+        let expected_arguments = batch.arguments();
+        batch.write(&mut arguments);
+        assert_eq!(arguments.len(), expected_arguments);
+        assert!(batch.is_empty(), "written, the batch starts again");
         let text = |argument: &[u8]| String::from_utf8(argument.to_vec()).unwrap();
-        let keys: Vec<String> = arguments[3..7].iter().map(|k| text(k)).collect();
+        let keys: Vec<String> = arguments[3..8].iter().map(|k| text(k)).collect();
         let identity = |n: u128| {
             let mut text = String::new();
             push_identity(&mut text, n);
             text
         };
         assert_eq!(text(&arguments[0]), "EVALSHA");
-        assert_eq!(text(&arguments[2]), "4");
+        assert_eq!(text(&arguments[2]), "5");
         assert_eq!(
             keys,
             [
@@ -340,18 +427,38 @@ mod tests {
                 format!("rl:b:{{{}}}:0", identity(1)),
                 format!("rl:b:{{{}}}:1", identity(1)),
                 format!("rl:c:{{{}}}", identity(2)),
+                format!("rl:c:{{{}}}", identity(3)),
             ]
         );
-        assert_eq!(text(&arguments[7]), "5", "now in µs");
+        assert_eq!(text(&arguments[8]), "5", "now in µs");
+        let doubles = |bytes: &[u8]| -> Vec<f64> {
+            bytes
+                .chunks_exact(8)
+                .map(|bytes| f64::from_le_bytes(bytes.try_into().unwrap()))
+                .collect()
+        };
         // Each window's last two numbers: its key (from 1) and its slot.
-        let numbers: Vec<f64> = arguments[8]
-            .chunks_exact(8)
-            .map(|bytes| f64::from_le_bytes(bytes.try_into().unwrap()))
+        let places: Vec<(f64, f64)> = doubles(&arguments[9])
+            .chunks_exact(11)
+            .map(|w| (w[9], w[10]))
             .collect();
-        let places: Vec<(f64, f64)> = numbers.chunks_exact(11).map(|w| (w[9], w[10])).collect();
         assert_eq!(
             places,
-            [(1.0, 0.0), (1.0, 1.0), (2.0, 0.0), (3.0, 1.0), (4.0, 0.0)]
+            [
+                (1.0, 0.0),
+                (1.0, 1.0),
+                (2.0, 0.0),
+                (3.0, 1.0),
+                (4.0, 0.0),
+                (1.0, 0.0),
+                (1.0, 1.0),
+                (5.0, 0.0)
+            ]
+        );
+        assert_eq!(
+            doubles(&arguments[10]),
+            [5.0, 3.0],
+            "each request's windows"
         );
     }
 
