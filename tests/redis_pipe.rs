@@ -15,6 +15,7 @@ use ratelimit_proxy::limit::{Algorithm, Rate};
 use ratelimit_proxy::store::WindowRequest;
 use ratelimit_proxy::store::pipe::{Command, Pipe, Reply, Settings, Tls};
 use ratelimit_proxy::store::redis::StoreError;
+use ratelimit_proxy::store::script::ScriptCall;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -550,8 +551,14 @@ const SHA: &str = "0123456789012345678901234567890123456789";
 
 async fn script_call(pipe: &Pipe, requests: &[WindowRequest]) -> Result<Reply, StoreError> {
     let limits = vec!["limit"; requests.len()];
-    pipe.call_script(soon(), SHA, "p:", requests, &limits, None)
-        .await
+    let call = ScriptCall {
+        sha: SHA,
+        key_prefix: "p:",
+        requests,
+        limits: &limits,
+        now: None,
+    };
+    pipe.call_script(soon(), &call).await
 }
 
 /// A window's remaining count in a script's reply (four little-endian doubles a window).
@@ -586,8 +593,14 @@ async fn script_calls_made_together_are_one_evalsha_each_answered_with_its_piece
         let requests = [window(identity)];
         let (pipe, sha) = (&pipe, &sha);
         async move {
-            pipe.call_script(soon(), sha, "p:", &requests, &limits, None)
-                .await
+            let call = ScriptCall {
+                sha,
+                key_prefix: "p:",
+                requests: &requests,
+                limits: &limits,
+                now: None,
+            };
+            pipe.call_script(soon(), &call).await
         }
     };
     let mut given_up = Box::pin(call(1));
@@ -610,7 +623,7 @@ async fn a_merged_calls_error_or_a_reply_of_the_wrong_length_fails_each_caller()
     let server = tokio::spawn(async move {
         let mut stream = fake.accept().await;
         for answer in [
-            &b"-NOSCRIPT No matching script\r\n"[..],
+            &b"-ERR script failed\r\n"[..],
             b"$40\r\n0123456789012345678901234567890123456789\r\n",
         ] {
             let mut buffer = vec![0; 64 * 1024];
@@ -638,7 +651,7 @@ async fn a_merged_calls_error_or_a_reply_of_the_wrong_length_fails_each_caller()
     let (a, b, c) = three().await;
     for reply in [a, b, c] {
         assert!(
-            matches!(&reply, Err(StoreError::Server(e)) if e.starts_with("NOSCRIPT")),
+            matches!(&reply, Err(StoreError::Server(e)) if e == "ERR script failed"),
             "{reply:?}"
         );
     }

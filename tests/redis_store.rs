@@ -260,6 +260,60 @@ fn merged_calls_answer_as_the_same_calls_made_one_after_another() {
         .unwrap();
 }
 
+/// A flushed (or restarted) Redis answers a merged call with NOSCRIPT: the script is sent once
+/// and each of its requests retries once behind it, the retries merged and still exact.
+#[test]
+fn after_a_script_flush_merged_requests_load_the_script_and_stay_exact() {
+    let server = RedisServer::start();
+    let runtime = common::event_loop();
+    let store = RedisStore::new(store_config(&server, "flush:"), 1);
+    let requests = [WindowRequest {
+        identity: 7,
+        limit_identity: 7,
+        algorithm: Algorithm::TokenBucket,
+        rate: Rate {
+            limit: 5,
+            per: Duration::from_secs(3600),
+            burst: 5,
+        },
+        cost: 1,
+        max_delay: Duration::ZERO,
+        group: 0,
+        window: 0,
+        shadow: false,
+    }];
+    let limits = ["flush"];
+    let allowed = |outcome: &ratelimit_proxy::store::redis::Outcome| {
+        assert!(outcome.error.is_none(), "{:?}", outcome.error);
+        outcome
+            .checks
+            .iter()
+            .all(|check| matches!(check, Some(WindowCheck::Allow { .. })))
+    };
+    assert!(allowed(
+        &runtime.block_on(store.check_all(&requests, &limits, None))
+    ));
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut server.connection())
+        .unwrap();
+    let (evalsha_before, loads_before) = (server.calls("evalsha"), server.calls("script|load"));
+    let calls = (0..8).map(|_| store.check_all(&requests, &limits, None));
+    let outcomes = runtime.block_on(futures_util::future::join_all(calls));
+    let admitted = outcomes.iter().filter(|outcome| allowed(outcome)).count();
+    assert_eq!(admitted, 4, "5 a limit, one taken before the flush");
+    assert_eq!(
+        server.calls("evalsha") - evalsha_before,
+        2,
+        "the merged call refused, then its retries merged again"
+    );
+    assert_eq!(
+        server.calls("script|load") - loads_before,
+        1,
+        "the script sent once"
+    );
+}
+
 /// The windows of one limit identity share a key that lives as long as its longest window,
 /// so each window's state carries its own expiry: a sliding window's counts, kept 128 windows
 /// later (when its window number mod 2^7 comes round again), would be read as current.

@@ -25,10 +25,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use super::WindowRequest;
 use super::redis::StoreError;
-use super::script::{Batch, REPLY_BYTES_PER_WINDOW};
-use crate::clock::Nanos;
+use super::script::{Batch, REPLY_BYTES_PER_WINDOW, SCRIPT, ScriptCall};
 use crate::proxy::http1::Stream;
 
 /// Calls waiting on one connection beyond which new ones fail at once: a stalled Redis
@@ -117,6 +115,8 @@ struct State {
     /// Script calls to merge into one, written after `queued`; the last `merged` calls.
     batch: Batch,
     merged: usize,
+    /// How many times the script was sent to be loaded (see `call_script`).
+    script_loads: u64,
     /// Calls `first..first + calls.len()` by id, in the order of their commands.
     calls: VecDeque<Call>,
     first: u64,
@@ -163,6 +163,7 @@ impl Pipe {
                     queued: Vec::with_capacity(READ_CHUNK),
                     batch: Batch::default(),
                     merged: 0,
+                    script_loads: 0,
                     calls: VecDeque::new(),
                     first: 0,
                     unanswered: 0,
@@ -192,27 +193,72 @@ impl Pipe {
     /// Checks `requests`' windows (`limits` names each one's limit) with the script `sha`,
     /// merged with the other script calls queued before the driver next writes, and waits
     /// until `deadline` for this request's piece of the reply: four doubles per window.
+    ///
+    /// A Redis that answers `NOSCRIPT` (restarted, flushed) is sent the script and the call
+    /// is retried once. The calls of one merged call meet `NOSCRIPT` together: the first
+    /// sends the script, and the others retry behind it without sending it again.
     pub async fn call_script(
         &self,
         deadline: Instant,
-        sha: &str,
-        key_prefix: &str,
-        requests: &[WindowRequest],
-        limits: &[&str],
-        now: Option<Nanos>,
+        call: &ScriptCall<'_>,
     ) -> Result<Reply, StoreError> {
+        let mut loads_seen = 0;
+        match self
+            .wait(self.queue_script(deadline, call, &mut loads_seen)?)
+            .await
+        {
+            Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
+                self.load_script_unless_sent_since(deadline, loads_seen)?;
+                let retry = self.queue_script(deadline, call, &mut loads_seen)?;
+                self.wait(retry).await
+            }
+            reply => reply,
+        }
+    }
+
+    /// Queues a script call; `loads_seen` is set to how many times the script had been sent
+    /// to be loaded by then.
+    fn queue_script(
+        &self,
+        deadline: Instant,
+        call: &ScriptCall<'_>,
+        loads_seen: &mut u64,
+    ) -> Result<u64, StoreError> {
         let piece = Piece::Merged {
-            bytes: REPLY_BYTES_PER_WINDOW * requests.len(),
+            bytes: REPLY_BYTES_PER_WINDOW * call.requests.len(),
             last: false,
         };
-        let id = self.queue(deadline, piece, |state| {
-            if !state.batch.fits(requests.len(), now) {
+        self.queue(deadline, piece, |state| {
+            if !state.batch.fits(call) {
                 state.close_batch();
             }
-            state.batch.add(sha, key_prefix, requests, limits, now);
+            state.batch.add(call);
             state.merged += 1;
+            *loads_seen = state.script_loads;
+        })
+    }
+
+    /// Sends the script to be loaded, unless it was sent since a call that met `NOSCRIPT`
+    /// was queued (`loads_seen`): that load goes to Redis before the call's retry.
+    fn load_script_unless_sent_since(
+        &self,
+        deadline: Instant,
+        loads_seen: u64,
+    ) -> Result<(), StoreError> {
+        if self.shared.lock().script_loads != loads_seen {
+            return Ok(());
+        }
+        let id = self.queue(deadline, Piece::Whole, |state| {
+            state.close_batch();
+            state.script_loads += 1;
+            Command::new(&mut state.queued, 3)
+                .arg(b"SCRIPT")
+                .arg(b"LOAD")
+                .arg(SCRIPT.as_bytes());
         })?;
-        self.wait(id).await
+        // Nobody waits for its reply: the retry behind it tells whether it worked.
+        drop(self.wait(id));
+        Ok(())
     }
 
     fn wait(&self, id: u64) -> Pending<'_> {

@@ -307,21 +307,14 @@ impl RedisStore {
     ) -> Result<Bytes, StoreError> {
         let sha = self.script.get_hash();
         let key_prefix = &self.config.key_prefix;
-        let evalsha = || pipe.call_script(deadline, sha, key_prefix, requests, limits, now);
-        let reply = match evalsha().await {
-            Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
-                // A restarted or flushed Redis: load the script and retry once.
-                let load = |out: &mut Vec<u8>| {
-                    pipe::Command::new(out, 3)
-                        .arg(b"SCRIPT")
-                        .arg(b"LOAD")
-                        .arg(SCRIPT.as_bytes());
-                };
-                pipe.call(deadline, load).await?;
-                evalsha().await?
-            }
-            reply => reply?,
+        let call = script::ScriptCall {
+            sha,
+            key_prefix,
+            requests,
+            limits,
+            now,
         };
+        let reply = pipe.call_script(deadline, &call).await?;
         match reply {
             Reply::Bulk(numbers) => Ok(numbers),
             other => Err(unexpected(&other)),
@@ -343,7 +336,13 @@ impl RedisStore {
         // A batch of this one request: a cluster's keys of different requests may live on
         // different nodes.
         let mut batch = script::Batch::default();
-        batch.add(self.script.get_hash(), key_prefix, requests, limits, now);
+        batch.add(&script::ScriptCall {
+            sha: self.script.get_hash(),
+            key_prefix,
+            requests,
+            limits,
+            now,
+        });
         let mut command = redis::Cmd::with_capacity(
             batch.arguments(),
             "EVALSHA".len()

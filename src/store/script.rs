@@ -36,18 +36,28 @@ pub(super) const WINDOW_PARAMETER_BYTES: usize = 11 * 8;
 
 /// Appends the key of a limit identity (`limit` is the limit's name), which holds its
 /// windows; a sliding log's window adds `:{window}` for a sorted set of its own.
-fn push_identity_key(key: &mut String, key_prefix: &str, limit: &str, limit_identity: u128) {
-    key.push_str(key_prefix);
-    key.push_str(limit);
-    key.push_str(":{");
+fn push_identity_key(key: &mut Vec<u8>, key_prefix: &str, limit: &str, limit_identity: u128) {
+    key.extend_from_slice(key_prefix.as_bytes());
+    key.extend_from_slice(limit.as_bytes());
+    key.extend_from_slice(b":{");
     push_identity(key, limit_identity);
-    key.push('}');
+    key.push(b'}');
 }
 
 /// Room for a key of `limit`: 22 identity characters, braces and colons, and a window
 /// number of up to 4 digits (a capacity hint; longer keys only grow the buffer).
 pub(super) fn key_length(key_prefix: &str, limit: &str) -> usize {
     key_prefix.len() + limit.len() + 30
+}
+
+/// One request's script call: its windows (`limits` names each one's limit), the script
+/// `sha` and the keys' prefix; `now` for tests, None for Redis's clock.
+pub struct ScriptCall<'a> {
+    pub sha: &'a str,
+    pub key_prefix: &'a str,
+    pub requests: &'a [WindowRequest],
+    pub limits: &'a [&'a str],
+    pub now: Option<Nanos>,
 }
 
 /// Requests merged into one script call: the windows of every request added, in turn, with
@@ -70,7 +80,7 @@ pub(super) struct Batch {
     window_counts: Vec<u8>,
     windows: usize,
     /// Where a key is written before it is looked up.
-    key: String,
+    key: Vec<u8>,
 }
 
 /// The reply's bytes for each window: four doubles.
@@ -81,22 +91,22 @@ impl Batch {
         self.window_counts.is_empty()
     }
 
-    /// Whether a request of `windows` made with `now` can join this call: one `now` for all,
-    /// and at most `MAX_WINDOWS` together (the script unpacks them all at once).
-    pub fn fits(&self, windows: usize, now: Option<Nanos>) -> bool {
-        self.is_empty() || (self.now == now && self.windows + windows <= MAX_WINDOWS)
+    /// Whether `call` can join this one: one `now` for all, and at most `MAX_WINDOWS`
+    /// together (the script unpacks them all at once).
+    pub fn fits(&self, call: &ScriptCall) -> bool {
+        self.is_empty()
+            || (self.now == call.now && self.windows + call.requests.len() <= MAX_WINDOWS)
     }
 
-    /// Adds a request's windows (`limits` names each one's limit) to the call of the script
-    /// `sha`, its keys under `key_prefix`. The caller checks `fits` first.
-    pub fn add(
-        &mut self,
-        sha: &str,
-        key_prefix: &str,
-        requests: &[WindowRequest],
-        limits: &[&str],
-        now: Option<Nanos>,
-    ) {
+    /// Adds `call`'s windows. The caller checks `fits` first.
+    pub fn add(&mut self, call: &ScriptCall) {
+        let ScriptCall {
+            sha,
+            key_prefix,
+            requests,
+            limits,
+            now,
+        } = *call;
         if self.is_empty() {
             self.sha.clear();
             self.sha.push_str(sha);
@@ -109,10 +119,10 @@ impl Batch {
                 key.clear();
                 push_identity_key(&mut key, key_prefix, limit, request.limit_identity);
                 if request.algorithm == Algorithm::SlidingLog {
-                    key.push(':');
-                    key.push_str(itoa::Buffer::new().format(request.window));
+                    key.push(b':');
+                    key.extend_from_slice(itoa::Buffer::new().format(request.window).as_bytes());
                 }
-                key_index = self.index_of(key.as_bytes()) + 1;
+                key_index = self.index_of(&key) + 1;
             }
             push_window_parameters(&mut self.parameters, request, key_index);
         }
@@ -204,9 +214,8 @@ impl Arguments for pipe::Command<'_> {
 
 /// The 128-bit identity in 22 characters of URL-safe base64 (no `{` or `}`, so it can be the
 /// key's hash tag): 10 bytes shorter than hex, in every key.
-fn push_identity(key: &mut String, identity: u128) {
+fn push_identity(key: &mut Vec<u8>, identity: u128) {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    // Into bytes, then one push: a `char` pushed at a time cost a UTF-8 check each.
     let mut text = [0u8; 22];
     for (i, slot) in text.iter_mut().enumerate() {
         let shift = 128 - 6 * (i as i32 + 1);
@@ -217,7 +226,7 @@ fn push_identity(key: &mut String, identity: u128) {
         };
         *slot = ALPHABET[(chunk & 63) as usize];
     }
-    key.push_str(std::str::from_utf8(&text).unwrap_or_default());
+    key.extend_from_slice(&text);
 }
 
 /// A window's eleven numbers, as `check.lua` reads them: little-endian doubles (exact, every
@@ -310,9 +319,9 @@ mod tests {
     #[test]
     fn identities_take_22_url_safe_characters_and_keep_all_128_bits() {
         let text = |identity: u128| {
-            let mut key = String::new();
+            let mut key = Vec::new();
             push_identity(&mut key, identity);
-            key
+            String::from_utf8(key).unwrap()
         };
         assert_eq!(text(0), "A".repeat(22));
         assert_eq!(text(u128::MAX), format!("{}w", "_".repeat(21)));
@@ -388,24 +397,35 @@ mod tests {
         let limits = ["a", "a", "b", "b", "c"];
         let mut batch = Batch::default();
         let sha = "0".repeat(40);
+        let call = |requests, limits, now| ScriptCall {
+            sha: &sha,
+            key_prefix: "rl:",
+            requests,
+            limits,
+            now: Some(now),
+        };
+        let most = vec![window(9, cell, 0); MAX_WINDOWS];
+        let most_limits = vec!["d"; MAX_WINDOWS];
         assert!(
-            batch.fits(MAX_WINDOWS, Some(5_000)),
+            batch.fits(&call(&most, &most_limits, 5_000)),
             "an empty batch takes any request"
         );
-        batch.add(&sha, "rl:", &requests, &limits, Some(5_000));
+        batch.add(&call(&requests, &limits, 5_000));
         // A second request of the same identity of "a" and a new one of "c": a key already
         // in the call is named by its index, not sent again.
         let second = [window(0, cell, 0), window(0, cell, 1), window(3, cell, 0)];
-        assert!(batch.fits(second.len(), Some(5_000)));
+        let second_limits = ["a", "a", "c"];
+        assert!(batch.fits(&call(&second, &second_limits, 5_000)));
         assert!(
-            !batch.fits(second.len(), Some(6_000)),
+            !batch.fits(&call(&second, &second_limits, 6_000)),
             "one now for the call"
         );
+        let too_many = &most[..MAX_WINDOWS - 4];
         assert!(
-            !batch.fits(MAX_WINDOWS - 4, Some(5_000)),
+            !batch.fits(&call(too_many, &most_limits[..MAX_WINDOWS - 4], 5_000)),
             "at most MAX_WINDOWS"
         );
-        batch.add(&sha, "rl:", &second, &["a", "a", "c"], Some(5_000));
+        batch.add(&call(&second, &second_limits, 5_000));
         let mut arguments: Vec<Vec<u8>> = Vec::new();
         let expected_arguments = batch.arguments();
         batch.write(&mut arguments);
@@ -414,9 +434,9 @@ mod tests {
         let text = |argument: &[u8]| String::from_utf8(argument.to_vec()).unwrap();
         let keys: Vec<String> = arguments[3..8].iter().map(|k| text(k)).collect();
         let identity = |n: u128| {
-            let mut text = String::new();
+            let mut text = Vec::new();
             push_identity(&mut text, n);
-            text
+            String::from_utf8(text).unwrap()
         };
         assert_eq!(text(&arguments[0]), "EVALSHA");
         assert_eq!(text(&arguments[2]), "5");
