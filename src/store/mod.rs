@@ -7,6 +7,7 @@ pub mod denied;
 pub mod memory;
 pub mod pipe;
 pub mod redis;
+mod resp;
 pub mod script;
 
 use std::time::Duration;

@@ -1,0 +1,193 @@
+//! RESP2 replies, read in place: where each reply starts and ends in the read buffer and
+//! what kind it is, without building values (see `pipe`).
+
+use std::ops::Range;
+
+/// How deep arrays may nest in a reply (none of our commands answers with one).
+const MOST_NESTING: usize = 8;
+/// Redis' own limit on a bulk string.
+const LONGEST_BULK: usize = 512 * 1024 * 1024;
+
+/// One RESP2 reply, as positions in the buffer it was read from.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Frame {
+    Status(Range<usize>),
+    Error(Range<usize>),
+    Integer(i64),
+    Bulk(Range<usize>),
+    Nil,
+    Array,
+}
+
+/// The first whole reply in `buffer` and its length; None while it is incomplete.
+pub(super) fn parse(buffer: &[u8]) -> Result<Option<(Frame, usize)>, String> {
+    parse_at(buffer, 0, 0)
+}
+
+fn parse_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Frame, usize)>, String> {
+    let Some(&kind) = buffer.get(at) else {
+        return Ok(None);
+    };
+    let Some(line_end) = buffer[at..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|i| at + i)
+    else {
+        return Ok(None);
+    };
+    if line_end < at + 2 || buffer[line_end - 1] != b'\r' {
+        return Err("a reply line without CRLF".into());
+    }
+    let line = at + 1..line_end - 1;
+    let next = line_end + 1;
+    let frame = match kind {
+        b'+' => (Frame::Status(line), next),
+        b'-' => (Frame::Error(line), next),
+        b':' => (Frame::Integer(integer(&buffer[line])?), next),
+        b'$' => match integer(&buffer[line])? {
+            -1 => (Frame::Nil, next),
+            length => {
+                let length = usize::try_from(length)
+                    .ok()
+                    .filter(|&l| l <= LONGEST_BULK)
+                    .ok_or_else(|| format!("a bulk string of {length} bytes"))?;
+                let end = next + length;
+                if buffer.len() < end + 2 {
+                    return Ok(None);
+                }
+                if &buffer[end..end + 2] != b"\r\n" {
+                    return Err("a bulk string longer than it said".into());
+                }
+                (Frame::Bulk(next..end), end + 2)
+            }
+        },
+        b'*' => match integer(&buffer[line])? {
+            -1 => (Frame::Nil, next),
+            count if count < 0 => return Err(format!("an array of {count} items")),
+            _ if depth >= MOST_NESTING => return Err("arrays nested too deep".into()),
+            count => {
+                let mut end = next;
+                for _ in 0..count {
+                    match parse_at(buffer, end, depth + 1)? {
+                        Some((_, item_end)) => end = item_end,
+                        None => return Ok(None),
+                    }
+                }
+                (Frame::Array, end)
+            }
+        },
+        other => return Err(format!("a reply of unknown type {:?}", other as char)),
+    };
+    Ok(Some(frame))
+}
+
+fn integer(text: &[u8]) -> Result<i64, String> {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .ok_or_else(|| format!("{:?} is not an integer", String::from_utf8_lossy(text)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A reply as Redis would send it, for the parser to read back.
+    #[derive(Debug, Clone)]
+    enum Sent {
+        Status(String),
+        Error(String),
+        Integer(i64),
+        Bulk(Vec<u8>),
+        Nil,
+        Array(Vec<Sent>),
+    }
+
+    fn encode(sent: &Sent, out: &mut Vec<u8>) {
+        match sent {
+            Sent::Status(text) => out.extend_from_slice(format!("+{text}\r\n").as_bytes()),
+            Sent::Error(text) => out.extend_from_slice(format!("-{text}\r\n").as_bytes()),
+            Sent::Integer(n) => out.extend_from_slice(format!(":{n}\r\n").as_bytes()),
+            Sent::Bulk(bytes) => {
+                out.extend_from_slice(format!("${}\r\n", bytes.len()).as_bytes());
+                out.extend_from_slice(bytes);
+                out.extend_from_slice(b"\r\n");
+            }
+            Sent::Nil => out.extend_from_slice(b"$-1\r\n"),
+            Sent::Array(items) => {
+                out.extend_from_slice(format!("*{}\r\n", items.len()).as_bytes());
+                items.iter().for_each(|item| encode(item, out));
+            }
+        }
+    }
+
+    fn sent_strategy() -> impl Strategy<Value = Sent> {
+        let line = "[ -~]{0,20}";
+        let leaf = prop_oneof![
+            line.prop_map(Sent::Status),
+            line.prop_map(Sent::Error),
+            any::<i64>().prop_map(Sent::Integer),
+            // Any bytes, CR and LF included: a bulk string is read by its length.
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(Sent::Bulk),
+            Just(Sent::Nil),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            proptest::collection::vec(inner, 0..4).prop_map(Sent::Array)
+        })
+    }
+
+    fn matches(frame: &Frame, sent: &Sent, buffer: &[u8]) -> bool {
+        match (frame, sent) {
+            (Frame::Status(r), Sent::Status(text)) | (Frame::Error(r), Sent::Error(text)) => {
+                &buffer[r.clone()] == text.as_bytes()
+            }
+            (Frame::Integer(n), Sent::Integer(m)) => n == m,
+            (Frame::Bulk(r), Sent::Bulk(bytes)) => &buffer[r.clone()] == bytes.as_slice(),
+            (Frame::Nil, Sent::Nil) | (Frame::Array, Sent::Array(_)) => true,
+            _ => false,
+        }
+    }
+
+    proptest! {
+        /// Replies back to back are read one at a time, each whole and only once complete:
+        /// every shorter prefix of a reply is "not yet", never an error or another reply.
+        #[test]
+        fn replies_are_read_whole_one_after_another(replies in proptest::collection::vec(sent_strategy(), 1..6)) {
+            let mut stream = Vec::new();
+            replies.iter().for_each(|reply| encode(reply, &mut stream));
+            let mut at = 0;
+            for reply in &replies {
+                let rest = &stream[at..];
+                let (frame, length) = parse(rest).unwrap().expect("a whole reply");
+                prop_assert!(matches(&frame, reply, rest), "{frame:?} for {reply:?}");
+                let mut alone = Vec::new();
+                encode(reply, &mut alone);
+                prop_assert_eq!(length, alone.len());
+                for cut in 0..length {
+                    prop_assert_eq!(parse(&rest[..cut]), Ok(None), "cut at {}", cut);
+                }
+                at += length;
+            }
+            prop_assert_eq!(at, stream.len());
+        }
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_that_say_what_was_wrong() {
+        let nested = format!("{}:1\r\n", "*1\r\n".repeat(MOST_NESTING + 1));
+        for (reply, expected) in [
+            (&b"?what\r\n"[..], "unknown type '?'"),
+            (b"+OK\n", "without CRLF"),
+            (b":12a\r\n", "\"12a\" is not an integer"),
+            (b"$3\r\nabcd\r\n", "longer than it said"),
+            (b"$-2\r\n", "a bulk string of -2 bytes"),
+            (b"$999999999999\r\n", "a bulk string of 999999999999 bytes"),
+            (b"*-5\r\n", "an array of -5 items"),
+            (nested.as_bytes(), "nested too deep"),
+        ] {
+            let error = parse(reply).expect_err(&String::from_utf8_lossy(reply));
+            assert!(error.contains(expected), "{error} for {reply:?}");
+        }
+    }
+}
