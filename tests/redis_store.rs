@@ -314,6 +314,43 @@ fn after_a_script_flush_merged_requests_load_the_script_and_stay_exact() {
     );
 }
 
+/// A call without windows is answered at once and sends nothing: merged with another request
+/// it would make the script refuse the whole call.
+#[test]
+fn a_call_without_windows_is_answered_at_once_beside_a_real_one() {
+    let server = RedisServer::start();
+    let runtime = common::event_loop();
+    let store = RedisStore::new(store_config(&server, "empty:"), 1);
+    let requests = [WindowRequest {
+        identity: 9,
+        limit_identity: 9,
+        algorithm: Algorithm::Gcra,
+        rate: Rate {
+            limit: 5,
+            per: Duration::from_secs(1),
+            burst: 5,
+        },
+        cost: 1,
+        max_delay: Duration::ZERO,
+        group: 0,
+        window: 0,
+        shadow: false,
+    }];
+    let (empty, real) = runtime.block_on(async {
+        tokio::join!(
+            store.check_all(&[], &[], None),
+            store.check_all(&requests, &["empty"], None)
+        )
+    });
+    assert!(
+        empty.error.is_none() && empty.checks.is_empty(),
+        "{:?}",
+        empty.error
+    );
+    assert!(real.error.is_none(), "{:?}", real.error);
+    assert!(matches!(real.checks[..], [Some(WindowCheck::Allow { .. })]));
+}
+
 /// The windows of one limit identity share a key that lives as long as its longest window,
 /// so each window's state carries its own expiry: a sliding window's counts, kept 128 windows
 /// later (when its window number mod 2^7 comes round again), would be read as current.
