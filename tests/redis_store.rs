@@ -260,6 +260,25 @@ fn merged_calls_answer_as_the_same_calls_made_one_after_another() {
         .unwrap();
 }
 
+/// The one window of a limit of `limit` per `per_s` seconds for `identity`, at a cost of 1.
+fn one_window(identity: u128, algorithm: Algorithm, limit: u64, per_s: u64) -> WindowRequest {
+    WindowRequest {
+        identity,
+        limit_identity: identity,
+        algorithm,
+        rate: Rate {
+            limit,
+            per: Duration::from_secs(per_s),
+            burst: limit,
+        },
+        cost: 1,
+        max_delay: Duration::ZERO,
+        group: 0,
+        window: 0,
+        shadow: false,
+    }
+}
+
 /// A flushed (or restarted) Redis answers a merged call with NOSCRIPT: the script is sent once
 /// and each of its requests retries once behind it, the retries merged and still exact.
 #[test]
@@ -267,21 +286,7 @@ fn after_a_script_flush_merged_requests_load_the_script_and_stay_exact() {
     let server = RedisServer::start();
     let runtime = common::event_loop();
     let store = RedisStore::new(store_config(&server, "flush:"), 1);
-    let requests = [WindowRequest {
-        identity: 7,
-        limit_identity: 7,
-        algorithm: Algorithm::TokenBucket,
-        rate: Rate {
-            limit: 5,
-            per: Duration::from_secs(3600),
-            burst: 5,
-        },
-        cost: 1,
-        max_delay: Duration::ZERO,
-        group: 0,
-        window: 0,
-        shadow: false,
-    }];
+    let requests = [one_window(7, Algorithm::TokenBucket, 5, 3600)];
     let limits = ["flush"];
     let allowed = |outcome: &ratelimit_proxy::store::redis::Outcome| {
         assert!(outcome.error.is_none(), "{:?}", outcome.error);
@@ -321,21 +326,7 @@ fn a_call_without_windows_is_answered_at_once_beside_a_real_one() {
     let server = RedisServer::start();
     let runtime = common::event_loop();
     let store = RedisStore::new(store_config(&server, "empty:"), 1);
-    let requests = [WindowRequest {
-        identity: 9,
-        limit_identity: 9,
-        algorithm: Algorithm::Gcra,
-        rate: Rate {
-            limit: 5,
-            per: Duration::from_secs(1),
-            burst: 5,
-        },
-        cost: 1,
-        max_delay: Duration::ZERO,
-        group: 0,
-        window: 0,
-        shadow: false,
-    }];
+    let requests = [one_window(9, Algorithm::Gcra, 5, 1)];
     let (empty, real) = runtime.block_on(async {
         tokio::join!(
             store.check_all(&[], &[], None),
