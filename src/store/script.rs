@@ -63,7 +63,8 @@ pub struct ScriptCall<'a> {
 /// Requests merged into one script call: the windows of every request added, in turn, with
 /// the keys they name each written once (a hot key is read and written once for the whole
 /// call), then written out as one `EVALSHA`. The script answers with every window's numbers
-/// in the same order, so each request's are the next `reply_bytes` of the reply.
+/// in the same order, so each request's are the next `REPLY_BYTES_PER_WINDOW` per window of
+/// the reply.
 #[derive(Default)]
 pub(super) struct Batch {
     sha: String,
@@ -91,11 +92,13 @@ impl Batch {
         self.window_counts.is_empty()
     }
 
-    /// Whether `call` can join this one: one `now` for all, and at most `MAX_WINDOWS`
-    /// together (the script unpacks them all at once).
+    /// Whether `call` can join this one: one script and one `now` for all, and at most
+    /// `MAX_WINDOWS` together (the script unpacks them all at once).
     pub fn fits(&self, call: &ScriptCall) -> bool {
         self.is_empty()
-            || (self.now == call.now && self.windows + call.requests.len() <= MAX_WINDOWS)
+            || (self.now == call.now
+                && self.windows + call.requests.len() <= MAX_WINDOWS
+                && self.sha == call.sha)
     }
 
     /// Adds `call`'s windows. The caller checks `fits` first.
@@ -420,6 +423,12 @@ mod tests {
             !batch.fits(&call(&second, &second_limits, 6_000)),
             "one now for the call"
         );
+        let other_sha = "1".repeat(40);
+        let other_script = ScriptCall {
+            sha: &other_sha,
+            ..call(&second, &second_limits, 5_000)
+        };
+        assert!(!batch.fits(&other_script), "one script for the call");
         let too_many = &most[..MAX_WINDOWS - 4];
         assert!(
             !batch.fits(&call(too_many, &most_limits[..MAX_WINDOWS - 4], 5_000)),
