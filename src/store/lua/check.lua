@@ -134,7 +134,12 @@ local function commit_key(key, first, last)
       count = slot + 1
     end
   end
-  local numbers = { unpack(p, 1, 2 * count) }
+  -- A key already committed in this call is rewritten in place: a hot key's requests
+  -- would otherwise make a table each.
+  local numbers = committed[key]
+  if not numbers or #numbers ~= 2 * count then
+    numbers = { unpack(p, 1, 2 * count) }
+  end
   for k = 1, 2 * count do
     numbers[k] = 0
   end
