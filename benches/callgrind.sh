@@ -12,6 +12,9 @@
 #   N=5000 EXTRA='[edge]\nrate = "1000000/s"' benches/callgrind.sh   # tables after [server]
 #   ROUTE='limits = ["flood"]\n[[limits]]\nname = "flood"\nkey = ["header:x-api-key"]\nrates = [{ limit = 1, per = "1h" }]' \
 #     STATUS=429 benches/callgrind.sh           # keys of the route, then more tables
+#   CONNS=50 SCENARIO=d benches/callgrind.sh  # N requests spread over 50 connections at once:
+#                                            # what a worker spends per request under concurrent
+#                                            # load (e.g. Redis calls merged), not one at a time
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-2000}
@@ -20,6 +23,7 @@ EXTRA=${EXTRA:-}
 ROUTE=${ROUTE:-}
 STATUS=${STATUS:-200}
 OVERRIDE_BIN=${BIN:-}
+CONNS=${CONNS:-1}
 
 source benches/common.sh
 ensure_tools valgrind
@@ -40,16 +44,25 @@ RUST_LOG=warn valgrind --tool=callgrind --compress-strings=no --compress-pos=no 
   "$BIN" --config "$WORK/gw.toml" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
 for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null && break; sleep 0.1; done
 
-requests() { # N: keep-alive GETs on one connection, each must answer $STATUS (after the first)
-  python3 - "$PROXY_PORT" "$1" "$STATUS" <<'PY'
-import http.client, sys
-port, n, expected = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-connection = http.client.HTTPConnection("127.0.0.1", port)
-for _ in range(n):
-    connection.request("GET", "/bench", headers={"x-api-key": "bench"})
-    response = connection.getresponse()
-    response.read()
-    assert response.status in (expected, 200), response.status
+requests() { # N: keep-alive GETs on CONNS connections at once, each must answer $STATUS (after the first)
+  python3 - "$PROXY_PORT" "$1" "$STATUS" "$CONNS" <<'PY'
+import http.client, sys, threading
+port, n, expected, conns = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+failures = []
+def send(count):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    for _ in range(count):
+        connection.request("GET", "/bench", headers={"x-api-key": "bench"})
+        response = connection.getresponse()
+        response.read()
+        if response.status not in (expected, 200):
+            failures.append(response.status)
+threads = [threading.Thread(target=send, args=(n // conns + (i < n % conns),)) for i in range(conns)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+assert not failures, failures[:5]
 PY
 }
 requests 200
