@@ -157,15 +157,24 @@ fn same_answers(
     Ok(())
 }
 
-#[test]
-fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
+/// A redis-server of its own, an event loop, a store on the server with keys under `prefix`,
+/// and a runner of `cases` proptest cases.
+fn store_and_runner(
+    prefix: &str,
+    cases: u32,
+) -> (RedisServer, tokio::runtime::Runtime, RedisStore, TestRunner) {
     let server = RedisServer::start();
-    let runtime = common::event_loop();
-    let store = RedisStore::new(store_config(&server, "diff:"), 1);
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: 200,
+    let store = RedisStore::new(store_config(&server, prefix), 1);
+    let runner = TestRunner::new(ProptestConfig {
+        cases,
         ..ProptestConfig::default()
     });
+    (server, common::event_loop(), store, runner)
+}
+
+#[test]
+fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
+    let (_server, runtime, store, mut runner) = store_and_runner("diff:", 200);
     let runs = std::sync::atomic::AtomicU64::new(0);
     runner
         .run(&case_strategy(), |case| {
@@ -200,13 +209,7 @@ fn lua_scripts_answer_as_the_rust_algorithms_on_random_sequences() {
 /// whether they share identities (a hot key, read and written once) or not.
 #[test]
 fn merged_calls_answer_as_the_same_calls_made_one_after_another() {
-    let server = RedisServer::start();
-    let runtime = common::event_loop();
-    let store = RedisStore::new(store_config(&server, "merged:"), 1);
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: 40,
-        ..ProptestConfig::default()
-    });
+    let (server, runtime, store, mut runner) = store_and_runner("merged:", 40);
     let runs = std::sync::atomic::AtomicU64::new(0);
     // Each request: the case's windows for one of three identities, at a cost of 1 to 3.
     let requests_strategy = prop::collection::vec((0..3u128, 1..=3u64), 1..40);
