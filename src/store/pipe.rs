@@ -6,7 +6,8 @@
 //! waits on) and its reply is cut out of the read buffer, not built as a tree of values.
 //! TCP, plain or TLS; a cluster stays on the crate's cluster connection.
 //!
-//! The script calls made while the driver is busy writing are merged into one (see
+//! The script calls queued before the driver next writes (made in one turn of the worker's
+//! event loop, or while it is still writing: under load, many) are merged into one (see
 //! `script::Batch`): Redis runs the script once for all of them, each request's answer a
 //! piece of the one reply.
 
