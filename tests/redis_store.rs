@@ -355,18 +355,8 @@ fn a_window_state_expires_inside_a_key_kept_for_a_longer_window() {
     let store = RedisStore::new(store_config(&server, "expiry:"), 1);
     let window = |window: usize, limit: u64, per_s: u64| WindowRequest {
         identity: 40 + window as u128,
-        limit_identity: 40,
-        algorithm: Algorithm::SlidingWindow,
-        rate: Rate {
-            limit,
-            per: Duration::from_secs(per_s),
-            burst: limit,
-        },
-        cost: 1,
-        max_delay: Duration::ZERO,
-        group: 0,
         window,
-        shadow: false,
+        ..one_window(40, Algorithm::SlidingWindow, limit, per_s)
     };
     let requests = [window(0, 2, 1), window(1, 1000, 3600)];
     let limits = ["pair", "pair"];

@@ -309,15 +309,7 @@ impl RedisStore {
         limits: &[&str],
         now: Option<Nanos>,
     ) -> Result<Bytes, StoreError> {
-        let sha = self.script.get_hash();
-        let key_prefix = &self.config.key_prefix;
-        let call = script::ScriptCall {
-            sha,
-            key_prefix,
-            requests,
-            limits,
-            now,
-        };
+        let call = self.script_call(requests, limits, now);
         let reply = pipe.call_script(deadline, &call).await?;
         match reply {
             Reply::Bulk(numbers) => Ok(numbers),
@@ -332,30 +324,11 @@ impl RedisStore {
         limits: &[&str],
         now: Option<Nanos>,
     ) -> Result<Bytes, StoreError> {
-        let key_prefix = &self.config.key_prefix;
-        let keys_length: usize = limits
-            .iter()
-            .map(|limit| script::key_length(key_prefix, limit))
-            .sum();
         // A batch of this one request: a cluster's keys of different requests may live on
         // different nodes.
         let mut batch = script::Batch::default();
-        batch.add(&script::ScriptCall {
-            sha: self.script.get_hash(),
-            key_prefix,
-            requests,
-            limits,
-            now,
-        });
-        let mut command = redis::Cmd::with_capacity(
-            batch.arguments(),
-            "EVALSHA".len()
-                + 40
-                + 24
-                + keys_length
-                + script::WINDOW_PARAMETER_BYTES * requests.len()
-                + 8,
-        );
+        batch.add(&self.script_call(requests, limits, now));
+        let mut command = redis::Cmd::with_capacity(batch.arguments(), batch.bytes());
         batch.write(&mut command);
         let reply: Vec<u8> = match query(connection, &command).await {
             Err(error)
@@ -368,6 +341,22 @@ impl RedisStore {
             reply => reply?,
         };
         Ok(Bytes::from(reply))
+    }
+
+    /// The script call of `requests` (see `script::ScriptCall`).
+    fn script_call<'a>(
+        &'a self,
+        requests: &'a [WindowRequest],
+        limits: &'a [&'a str],
+        now: Option<Nanos>,
+    ) -> script::ScriptCall<'a> {
+        script::ScriptCall {
+            sha: self.script.get_hash(),
+            key_prefix: &self.config.key_prefix,
+            requests,
+            limits,
+            now,
+        }
     }
 
     /// The calling worker's connection; a first connection (a cluster's takes a while)

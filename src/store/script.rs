@@ -31,9 +31,6 @@ pub const SCRIPT: &str = concat!(
     include_str!("lua/check.lua"),
 );
 
-/// Eleven doubles per window (`push_window_parameters`).
-pub(super) const WINDOW_PARAMETER_BYTES: usize = 11 * 8;
-
 /// Appends the key of a limit identity (`limit` is the limit's name), which holds its
 /// windows; a sliding log's window adds `:{window}` for a sorted set of its own.
 fn push_identity_key(key: &mut Vec<u8>, key_prefix: &str, limit: &str, limit_identity: u128) {
@@ -42,12 +39,6 @@ fn push_identity_key(key: &mut Vec<u8>, key_prefix: &str, limit: &str, limit_ide
     key.extend_from_slice(b":{");
     push_identity(key, limit_identity);
     key.push(b'}');
-}
-
-/// Room for a key of `limit`: 22 identity characters, braces and colons, and a window
-/// number of up to 4 digits (a capacity hint; longer keys only grow the buffer).
-pub(super) fn key_length(key_prefix: &str, limit: &str) -> usize {
-    key_prefix.len() + limit.len() + 30
 }
 
 /// One request's script call: its windows (`limits` names each one's limit), the script
@@ -158,6 +149,17 @@ impl Batch {
     /// How many arguments `write` writes.
     pub fn arguments(&self) -> usize {
         self.key_ends.len() + 6
+    }
+
+    /// How many bytes the arguments `write` writes hold, `now` at its longest.
+    pub fn bytes(&self) -> usize {
+        "EVALSHA".len()
+            + self.sha.len()
+            + 20
+            + self.keys.len()
+            + 20
+            + self.parameters.len()
+            + self.window_counts.len()
     }
 
     /// Writes the `EVALSHA` of everything added (`arguments` of them) and empties the batch.
