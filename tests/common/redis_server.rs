@@ -58,31 +58,39 @@ impl RedisServer {
     }
 
     fn start_in_mode(extra: &[&str], tls: Option<(&str, &str)>) -> RedisServer {
-        let port = free_port();
-        let dir = std::env::temp_dir().join(format!("rlp-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("a scratch directory");
-        let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        if let Some((cert, key)) = tls {
-            std::fs::write(dir.join("server.crt"), cert).unwrap();
-            std::fs::write(dir.join("server.key"), key).unwrap();
-            for (option, file) in [
-                ("--tls-cert-file", "server.crt"),
-                ("--tls-key-file", "server.key"),
-            ] {
-                extra.push(option.to_string());
-                extra.push(dir.join(file).display().to_string());
+        let mut attempts = Vec::new();
+        // A port found free can be taken by another test's listener before redis-server binds
+        // it; then redis-server exits and the next port is tried.
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = std::env::temp_dir().join(format!("rlp-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("a scratch directory");
+            let mut extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+            if let Some((cert, key)) = tls {
+                std::fs::write(dir.join("server.crt"), cert).unwrap();
+                std::fs::write(dir.join("server.key"), key).unwrap();
+                for (option, file) in [
+                    ("--tls-cert-file", "server.crt"),
+                    ("--tls-key-file", "server.key"),
+                ] {
+                    extra.push(option.to_string());
+                    extra.push(dir.join(file).display().to_string());
+                }
+                extra.extend(["--tls-auth-clients", "no"].map(String::from));
             }
-            extra.extend(["--tls-auth-clients", "no"].map(String::from));
+            let mut server = RedisServer {
+                port,
+                dir,
+                extra,
+                tls: tls.is_some(),
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(why) => attempts.push(why),
+            }
         }
-        let mut server = RedisServer {
-            port,
-            dir,
-            extra,
-            tls: tls.is_some(),
-            child: None,
-        };
-        server.spawn();
-        server
+        panic!("redis-server did not start: {attempts:#?}");
     }
 
     pub fn url(&self) -> String {
@@ -106,7 +114,9 @@ impl RedisServer {
     /// Starts again on the same port, empty.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        if let Err(why) = self.spawn() {
+            panic!("redis-server did not restart: {why}");
+        }
     }
 
     /// How many times `command` ran (INFO commandstats).
@@ -129,8 +139,12 @@ impl RedisServer {
             .collect()
     }
 
-    fn spawn(&mut self) {
+    /// Starts redis-server and waits until its log says it listens: a connection alone could
+    /// reach another test's listener on a port redis-server failed to bind.
+    fn spawn(&mut self) -> Result<(), String> {
         let port = self.port.to_string();
+        let log = self.dir.join("redis.log");
+        let _ = std::fs::remove_file(&log);
         let mut command = Command::new("redis-server");
         if self.tls {
             command.args(["--port", "0", "--tls-port", &port]);
@@ -141,6 +155,8 @@ impl RedisServer {
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&self.dir)
+            .arg("--logfile")
+            .arg(&log)
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -151,21 +167,33 @@ impl RedisServer {
             )
         });
         self.child = Some(child);
-        self.wait_until_ready();
+        self.wait_until_ready(&log)
     }
 
-    fn wait_until_ready(&self) {
+    fn wait_until_ready(&mut self, log: &std::path::Path) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(10);
+        let log_text = || std::fs::read_to_string(log).unwrap_or_default();
         while Instant::now() < deadline {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+            let child = self.child.as_mut().expect("spawned");
+            if let Ok(Some(status)) = child.try_wait() {
+                self.child = None;
+                return Err(format!(
+                    "port {}: redis-server exited ({status}): {}",
+                    self.port,
+                    log_text()
+                ));
+            }
+            if log_text().contains("Ready to accept connections") {
+                return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!(
-            "redis-server on port {} did not start within 10 s",
-            self.port
-        );
+        self.kill();
+        Err(format!(
+            "port {}: not ready within 10 s: {}",
+            self.port,
+            log_text()
+        ))
     }
 }
 
