@@ -7,14 +7,19 @@ use std::task::{Context, Poll};
 
 use crate::proxy::connections::PooledBody;
 use bytes::Bytes;
+use http::Response;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Full};
 
+use crate::added_fields::AddedFields;
 use crate::metrics::InFlightGauge;
 use crate::route::InFlightSlot;
 
 pub struct ResponseBody {
     inner: Either<PooledBody, Full<Bytes>>,
+    /// Fields for the head, kept apart from the header map until the head is written (see
+    /// `added_fields`).
+    added: AddedFields,
     _slot: Option<InFlightSlot>,
     _counted: Option<InFlightGauge>,
 }
@@ -23,6 +28,7 @@ impl ResponseBody {
     pub fn upstream(body: PooledBody) -> ResponseBody {
         ResponseBody {
             inner: Either::Left(body),
+            added: AddedFields::default(),
             _slot: None,
             _counted: None,
         }
@@ -31,9 +37,26 @@ impl ResponseBody {
     pub fn generated(bytes: Bytes) -> ResponseBody {
         ResponseBody {
             inner: Either::Right(Full::new(bytes)),
+            added: AddedFields::default(),
             _slot: None,
             _counted: None,
         }
+    }
+
+    pub fn added(&self) -> &AddedFields {
+        &self.added
+    }
+
+    pub fn added_mut(&mut self) -> &mut AddedFields {
+        &mut self.added
+    }
+
+    /// The response with its added fields moved into its header map, for a server that
+    /// writes heads from the map alone (hyper).
+    pub fn with_added_in_headers(response: Response<ResponseBody>) -> Response<ResponseBody> {
+        let (mut parts, mut body) = response.into_parts();
+        body.added.move_into(&mut parts.headers);
+        Response::from_parts(parts, body)
     }
 
     /// Keeps `slot` taken and the request counted in flight until this body is done.

@@ -2,6 +2,7 @@
 //! See DESIGN.md for the pipeline and the config contract. `main` and the integration tests
 //! both run the gateway through [`serve`] or [`Gateway`].
 
+pub mod added_fields;
 pub mod body;
 pub mod client_ip;
 pub mod clock;

@@ -1,13 +1,12 @@
 //! The one place where errors become HTTP answers. Every answer the gateway generates (rather
 //! than forwards) is `application/problem+json` (RFC 9457) carrying the request id.
 
-use std::ops::Range;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
-use smallvec::SmallVec;
 
+use crate::added_fields::{Added, AddedFields};
 use crate::config::ResponseStyle;
 use crate::limit::{RateStatus, push_policy_item, whole_seconds};
 
@@ -133,9 +132,9 @@ pub fn rate_limited(
     ];
     let status = StatusCode::TOO_MANY_REQUESTS;
     let mut response = problem_response(status, &style.problem_type, &detail, request_id);
-    let headers = response.headers_mut();
-    headers.insert(header::RETRY_AFTER, HeaderValue::from(wait));
-    insert_rate_headers(headers, denial.statuses, style);
+    let added = response.body_mut().added_mut();
+    added.add(Added::RetryAfter, |out| push_number(out, "", wait));
+    add_rate_fields(added, denial.statuses, style);
     response
 }
 
@@ -207,77 +206,61 @@ fn unavailable(
 
 /// `X-RateLimit-Limit/Remaining/Reset` for the first (most restrictive) status, the IETF
 /// `RateLimit-Policy` listing every window, and `RateLimit` for the first.
-pub fn insert_rate_headers(
-    headers: &mut http::HeaderMap,
-    statuses: &[RateStatus],
-    style: &ResponseStyle,
-) {
+pub fn add_rate_fields(added: &mut AddedFields, statuses: &[RateStatus], style: &ResponseStyle) {
     let Some(first) = statuses.first() else {
         return;
     };
     let reset = whole_seconds(first.reset);
-    // Every value is written into one buffer and each header takes a slice of it: these go
-    // on every limited response, and an allocation per value cost more than the writing.
-    let mut text = String::with_capacity(64 + statuses.len() * 40);
-    let mut values: SmallVec<[(http::HeaderName, Range<usize>); 5]> = SmallVec::new();
-    let mut value_start = 0;
-    // Ends the value written since the last call and names its header.
-    let mut end_value = |text: &String, name| {
-        values.push((name, value_start..text.len()));
-        value_start = text.len();
-    };
     if style.x_ratelimit {
-        push_number(&mut text, "", first.limit);
-        end_value(&text, X_RATELIMIT_LIMIT);
-        push_number(&mut text, "", first.remaining);
-        end_value(&text, X_RATELIMIT_REMAINING);
-        push_number(&mut text, "", reset);
-        end_value(&text, X_RATELIMIT_RESET);
+        added.add(Added::XRateLimitLimit, |out| {
+            push_number(out, "", first.limit)
+        });
+        added.add(Added::XRateLimitRemaining, |out| {
+            push_number(out, "", first.remaining)
+        });
+        added.add(Added::XRateLimitReset, |out| push_number(out, "", reset));
     }
     if style.ietf {
-        for (i, status) in statuses.iter().enumerate() {
-            if i > 0 {
-                text.push_str(", ");
+        added.add(Added::RateLimitPolicy, |out| {
+            let mut formatted = String::new();
+            for (i, status) in statuses.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                match &status.policy_item {
+                    Some(item) => out.extend_from_slice(item.as_bytes()),
+                    None => {
+                        formatted.clear();
+                        push_policy_item(
+                            &mut formatted,
+                            &status.policy,
+                            status.limit,
+                            status.window,
+                        );
+                        out.extend_from_slice(formatted.as_bytes());
+                    }
+                }
             }
-            match &status.policy_item {
-                Some(item) => text.push_str(item),
-                None => push_policy_item(&mut text, &status.policy, status.limit, status.window),
-            }
-        }
-        end_value(&text, RATELIMIT_POLICY);
-        push_item(&mut text, &first.policy, ";r=", first.remaining);
-        push_number(&mut text, ";t=", reset);
-        end_value(&text, RATELIMIT);
-    }
-    let text = Bytes::from(text);
-    for (name, range) in values {
-        // Limit names are checked at config load; a value that is still not a valid header
-        // value is left out rather than sent broken.
-        if let Ok(value) = HeaderValue::from_maybe_shared(text.slice(range)) {
-            headers.insert(name, value);
-        }
+        });
+        added.add(Added::RateLimit, |out| {
+            push_item(out, &first.policy, ";r=", first.remaining);
+            push_number(out, ";t=", reset);
+        });
     }
 }
 
 /// `"name"` then `key` and `value` (`"per-key";q=100`).
-fn push_item(out: &mut String, name: &str, key: &str, value: u64) {
-    out.push('"');
-    out.push_str(name);
-    out.push('"');
+fn push_item(out: &mut Vec<u8>, name: &str, key: &str, value: u64) {
+    out.push(b'"');
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'"');
     push_number(out, key, value);
 }
 
-fn push_number(out: &mut String, key: &str, value: u64) {
-    out.push_str(key);
-    out.push_str(itoa::Buffer::new().format(value));
+fn push_number(out: &mut Vec<u8>, key: &str, value: u64) {
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
 }
-
-pub const X_RATELIMIT_LIMIT: http::HeaderName = http::HeaderName::from_static("x-ratelimit-limit");
-pub const X_RATELIMIT_REMAINING: http::HeaderName =
-    http::HeaderName::from_static("x-ratelimit-remaining");
-pub const X_RATELIMIT_RESET: http::HeaderName = http::HeaderName::from_static("x-ratelimit-reset");
-pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
-pub const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
 
 /// Turns an error into its problem+json answer.
 pub fn error_response(error: &GatewayError, request_id: &HeaderValue) -> Response<ResponseBody> {
@@ -316,8 +299,6 @@ pub fn problem_response(
     body.push(b'}');
     let mut response = Response::new(ResponseBody::generated(Bytes::from(body)));
     *response.status_mut() = status;
-    // Room for the rate-limit headers, Retry-After and the request id without regrowing.
-    response.headers_mut().reserve(12);
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),
@@ -509,6 +490,7 @@ mod tests {
         let style = ResponseStyle::default();
         let response = rate_limited(&denial, &style, &HeaderValue::from_static("id"));
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        let response = ResponseBody::with_added_in_headers(response);
         let h = response.headers();
         assert_eq!(h["retry-after"], "5");
         assert_eq!(h["x-ratelimit-limit"], "100");
@@ -527,6 +509,7 @@ mod tests {
             ..ResponseStyle::default()
         };
         let response = rate_limited(&denial, &only_ietf, &HeaderValue::from_static("id"));
+        let response = ResponseBody::with_added_in_headers(response);
         assert!(response.headers().get("x-ratelimit-limit").is_none());
         assert!(response.headers().contains_key("ratelimit"));
     }

@@ -12,7 +12,6 @@ use common::*;
 use futures_util::{SinkExt, StreamExt};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -70,12 +69,7 @@ async fn h2c_prior_knowledge_is_served() {
     .await;
     let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
 
-    let stream = TcpStream::connect(gateway.addr).await.unwrap();
-    let (mut sender, connection) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(connection);
+    let mut sender = h2c_sender(gateway.addr).await;
     for _ in 0..3 {
         let request = Request::get("http://api.example.com/h2")
             .body(empty())

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderValue, Request, Response};
-use hyper::body::Incoming;
 
 use super::Runtime;
+use super::upstream::UpstreamBody;
 use crate::client_ip::ClientIp;
 use crate::clock::Nanos;
 use crate::edge::EdgeVerdict;
@@ -39,7 +39,7 @@ pub enum Admission {
 pub async fn admit(
     runtime: &Runtime,
     route: &Route,
-    request: &Request<Incoming>,
+    request: &Request<UpstreamBody>,
     host: Option<&str>,
     client: ClientIp,
     request_id: &HeaderValue,

@@ -8,7 +8,6 @@ use http::header::UPGRADE;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Empty};
-use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 
@@ -26,7 +25,7 @@ use crate::respond::{GatewayError, ResponseBody};
 /// this function's own.
 pub fn forward<'r>(
     pool: &'r UpstreamPool,
-    mut request: Request<Incoming>,
+    mut request: Request<UpstreamBody>,
     forwarded: &Forwarded<'_>,
     served_by: &mut Option<&'r str>,
 ) -> impl Future<Output = Result<Response<ResponseBody>, GatewayError>> {
@@ -54,7 +53,7 @@ pub fn forward<'r>(
     };
     *served_by = Some(&pool.servers[first].label);
     let fields = (parts.headers, set);
-    let first_attempt = send(pool, first, parts.method, path, fields, Either::Left(body));
+    let first_attempt = send(pool, first, parts.method, path, fields, body);
     // `then`, not an `async move` block awaiting the attempt: a block would hold the attempt
     // twice, as its capture and as what it awaits.
     FutureEither::Right(first_attempt.then(move |result| async move {

@@ -15,16 +15,16 @@ use std::sync::Arc;
 
 use http::header::HOST;
 use http::{HeaderValue, Request, Response};
-use hyper::body::Incoming;
 use tokio_util::sync::CancellationToken;
 
+use crate::added_fields::Added;
 use crate::client_ip::ClientIpPolicy;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ResponseStyle};
 use crate::edge::EdgeLayer;
 use crate::limit::limiter::{Limiter, Stores};
 use crate::metrics::{LimitCounters, Metrics, RouteMetrics, UpstreamMetrics};
-use crate::request_id::{self, X_REQUEST_ID};
+use crate::request_id;
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
 use crate::store::memory::MemoryStore;
@@ -32,7 +32,7 @@ use crate::store::redis::RedisStore;
 use admit::Admission;
 use headers::Forwarded;
 use prometheus_client::metrics::histogram::Histogram;
-use upstream::UpstreamPool;
+use upstream::{UpstreamBody, UpstreamPool};
 
 /// Everything a request needs, built once from a validated config.
 pub struct Runtime {
@@ -206,7 +206,7 @@ struct RequestLog<'r> {
 pub fn handle(
     runtime: Arc<Runtime>,
     client: ClientConnection,
-    request: Request<Incoming>,
+    request: Request<UpstreamBody>,
 ) -> impl Future<Output = Response<ResponseBody>> {
     async move {
         let (runtime, client) = (&*runtime, &client);
@@ -241,7 +241,8 @@ pub fn handle(
                 "access"
             );
         }
-        response.headers_mut().insert(X_REQUEST_ID, request_id);
+        let added = response.body_mut().added_mut();
+        added.add_value(Added::RequestId, request_id.as_bytes());
         response
     }
 }
@@ -251,7 +252,7 @@ pub fn handle(
 fn proxy<'r>(
     runtime: &'r Runtime,
     client: &'r ClientConnection,
-    request: Request<Incoming>,
+    request: Request<UpstreamBody>,
     request_id: &HeaderValue,
     log: &mut RequestLog<'r>,
 ) -> impl Future<Output = Result<Response<ResponseBody>, GatewayError>> {
@@ -311,13 +312,17 @@ fn proxy<'r>(
         runtime
             .metrics
             .observe_upstream(upstream_metrics, code, asked.elapsed());
-        respond::insert_rate_headers(response.headers_mut(), &statuses, &runtime.response);
+        respond::add_rate_fields(
+            response.body_mut().added_mut(),
+            &statuses,
+            &runtime.response,
+        );
         Ok(response.map(|body| body.holding(slot, counted)))
     }
 }
 
 /// The Host header, or the HTTP/2 `:authority`.
-fn request_host(request: &Request<Incoming>) -> Option<HeaderValue> {
+fn request_host(request: &Request<UpstreamBody>) -> Option<HeaderValue> {
     match request.headers().get(HOST) {
         Some(host) => Some(host.clone()),
         None => request
@@ -329,7 +334,7 @@ fn request_host(request: &Request<Incoming>) -> Option<HeaderValue> {
 
 /// Enforces `max_header_bytes` on the request line and headers together. hyper's own buffer
 /// limit (set larger) stops anything far beyond it before it is parsed.
-fn check_header_size(request: &Request<Incoming>, limit: usize) -> Result<(), GatewayError> {
+fn check_header_size(request: &Request<UpstreamBody>, limit: usize) -> Result<(), GatewayError> {
     let line = request.method().as_str().len()
         + request
             .uri()

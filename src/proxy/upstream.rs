@@ -18,7 +18,8 @@ use super::headers::SetFields;
 use crate::config::{Balance, HealthCheck, UpstreamConfig, UpstreamServer};
 use crate::tls::upstream::client_config;
 
-/// Body sent upstream: the client's streamed body, or nothing (retries, health checks).
+/// Body sent upstream: the client's streamed body, or nothing (retries, health checks, and
+/// the bodiless requests the gateway's own HTTP/1.1 server reads).
 pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
 
 /// One server and what the gateway currently knows about it.

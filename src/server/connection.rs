@@ -1,21 +1,25 @@
-//! Serving one client connection (HTTP/1.1 or h2c, detected by hyper-util's auto builder) and
-//! closing it when it is idle, when a request head takes longer than `header_read_timeout`,
-//! or on shutdown.
+//! Serving one client connection and closing it when it is idle, when a request head takes
+//! longer than `header_read_timeout`, or on shutdown. Plain HTTP/1.1 requests are served by
+//! `http1` until one needs hyper; from then on hyper serves the connection (HTTP/1.1, or h2c
+//! detected by hyper-util's auto builder).
 //!
 //! Both deadlines are enforced here rather than by hyper: hyper's HTTP/1 header timer also runs
 //! while a keep-alive connection waits for its next request, which would make
 //! `header_read_timeout` override `idle_timeout`.
 
 use std::convert::Infallible;
+use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use bytes::BytesMut;
 use futures_util::FutureExt;
+use http_body_util::Either;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -23,8 +27,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::http1::{self, Close, Watch};
 use super::only_when_woken::OnlyWhenWoken;
 use crate::proxy::{self, ClientConnection, Runtime};
+use crate::respond::ResponseBody;
 
 pub struct ConnectionSettings {
     pub builder: auto::Builder<TokioExecutor>,
@@ -33,7 +39,7 @@ pub struct ConnectionSettings {
 }
 
 /// What the watch needs to know about a connection's requests.
-struct Activity {
+pub(super) struct Activity {
     opened: Instant,
     started: AtomicU64,
     in_flight: AtomicUsize,
@@ -78,10 +84,10 @@ impl Activity {
 }
 
 /// A request being answered; released on drop, also when the client goes away.
-struct Answering(Arc<Activity>);
+pub(super) struct Answering(Arc<Activity>);
 
 impl Answering {
-    fn begin(activity: &Arc<Activity>, version: http::Version) -> Answering {
+    pub(super) fn begin(activity: &Arc<Activity>, version: http::Version) -> Answering {
         if version == http::Version::HTTP_2 {
             activity.multiplexed.store(true, Ordering::Relaxed);
         }
@@ -111,33 +117,51 @@ pub async fn serve<S>(
 {
     let activity = Arc::new(Activity::new());
     let client = ClientConnection::new(peer, proto);
+    let io = WatchedIo {
+        stream,
+        activity: activity.clone(),
+        read_ahead: BytesMut::new(),
+    };
+    // The task wakes once or twice per request for the connection; the shutdown signal and the
+    // watch's timer are polled only when one of them woke it (each cost ~200 instructions to
+    // poll), behind one flag (each flag of its own was a cache miss per wake under load).
+    let stopping = pin!(stop.cancelled());
+    let watch = IdleWatch::new(&settings);
+    let checking = pin!(tokio::time::sleep_until(watch.next_check));
+    let mut guard = Guard {
+        alarms: OnlyWhenWoken::new(Alarms { stopping, checking }),
+        watch,
+        activity: &activity,
+    };
+    let answerer = http1::Answerer {
+        runtime: &runtime,
+        client: &client,
+        activity: &activity,
+    };
+    let io = match http1::serve(io, &answerer, &mut guard).await {
+        http1::Ended::Closed => return,
+        http1::Ended::ToHyper(mut io, read) => {
+            io.read_ahead = read;
+            io
+        }
+    };
+
     let service_activity = activity.clone();
     let service = service_fn(move |request| {
         let answering = Answering::begin(&service_activity, request.version());
         // One snapshot per request: a reload never changes a request halfway. `map`, not an
         // `async move` block: a block would hold the request as its capture and again inside
         // `handle`'s future (see `proxy::handle`).
+        let request = request.map(Either::Left);
         proxy::handle(runtime.load_full(), client.clone(), request).map(move |response| {
             drop(answering);
-            Ok::<_, Infallible>(response)
+            Ok::<_, Infallible>(ResponseBody::with_added_in_headers(response))
         })
     });
-    let io = WatchedIo {
-        stream,
-        activity: activity.clone(),
-    };
     let connection = settings
         .builder
         .serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(connection);
-
-    let mut watch = IdleWatch::new(&settings);
-    // The task wakes once or twice per request for the connection; the shutdown signal and the
-    // watch's timer are polled only when one of them woke it (each cost ~200 instructions to
-    // poll), behind one flag (each flag of its own was a cache miss per wake under load).
-    let stopping = pin!(stop.cancelled());
-    let checking = pin!(tokio::time::sleep_until(watch.next_check));
-    let mut alarms = OnlyWhenWoken::new(Alarms { stopping, checking });
     let mut draining = false;
     loop {
         tokio::select! {
@@ -148,23 +172,41 @@ pub async fn serve<S>(
                 }
                 return;
             }
-            alarm = &mut alarms, if !draining => match alarm {
-                Alarm::Stop => {
+            close = poll_fn(|cx| guard.poll_close(cx)), if !draining => match close {
+                Close::Stop | Close::Idle => {
                     draining = true;
                     connection.as_mut().graceful_shutdown();
                 }
-                Alarm::Check => match watch.check(&activity) {
-                    Verdict::Keep => alarms.change().checking.as_mut().reset(watch.next_check),
-                    Verdict::Idle => {
-                        draining = true;
-                        connection.as_mut().graceful_shutdown();
-                    }
-                    Verdict::SlowHead => {
-                        tracing::debug!(%peer, "closing: request head not complete within header_read_timeout");
-                        return;
-                    }
-                },
+                Close::SlowHead => {
+                    tracing::debug!(%peer, "closing: request head not complete within header_read_timeout");
+                    return;
+                }
             },
+        }
+    }
+}
+
+/// The shutdown signal and the idle and slow-head deadlines of one connection.
+struct Guard<'a, S> {
+    alarms: OnlyWhenWoken<Alarms<S, Pin<&'a mut tokio::time::Sleep>>>,
+    watch: IdleWatch,
+    activity: &'a Activity,
+}
+
+impl<S: Future + Unpin> http1::Watch for Guard<'_, S> {
+    fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<Close> {
+        loop {
+            match ready!(Pin::new(&mut self.alarms).poll(cx)) {
+                Alarm::Stop => return Poll::Ready(Close::Stop),
+                Alarm::Check => match self.watch.check(self.activity) {
+                    Verdict::Keep => {
+                        let next = self.watch.next_check;
+                        self.alarms.change().checking.as_mut().reset(next);
+                    }
+                    Verdict::Idle => return Poll::Ready(Close::Idle),
+                    Verdict::SlowHead => return Poll::Ready(Close::SlowHead),
+                },
+            }
         }
     }
 }
@@ -253,10 +295,12 @@ impl IdleWatch {
     }
 }
 
-/// The client socket, noting when bytes of a new request head start to arrive.
+/// The client socket, noting when bytes of a new request head start to arrive; for hyper,
+/// the bytes `http1` read and did not serve come first.
 struct WatchedIo<S> {
     stream: S,
     activity: Arc<Activity>,
+    read_ahead: BytesMut,
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
@@ -265,6 +309,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for WatchedIo<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if !self.read_ahead.is_empty() {
+            let n = self.read_ahead.len().min(buf.remaining());
+            buf.put_slice(&self.read_ahead.split_to(n));
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         let result = Pin::new(&mut self.stream).poll_read(cx, buf);
         if buf.filled().len() > before {

@@ -10,6 +10,7 @@
 
 mod admin;
 mod connection;
+mod http1;
 mod only_when_woken;
 mod reload;
 

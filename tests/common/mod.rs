@@ -37,6 +37,17 @@ pub fn full(body: impl Into<Bytes>) -> TestBody {
     Full::new(body.into()).map_err(|e| match e {}).boxed()
 }
 
+/// An HTTP/2 connection with prior knowledge (h2c) to `addr`, driven by a task of its own.
+pub async fn h2c_sender(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<TestBody> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    sender
+}
+
 pub fn empty() -> TestBody {
     Empty::new().map_err(|e| match e {}).boxed()
 }

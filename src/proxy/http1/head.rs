@@ -132,7 +132,7 @@ pub(super) fn encode_field(buf: &mut Vec<u8>, name: &str, value: &[u8]) {
 }
 
 /// `n` in lowercase hexadecimal, written into `out`.
-pub(super) fn hex(mut n: usize, out: &mut [u8; 16]) -> &[u8] {
+pub(crate) fn hex(mut n: usize, out: &mut [u8; 16]) -> &[u8] {
     let mut start = out.len();
     loop {
         start -= 1;

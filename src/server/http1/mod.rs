@@ -1,0 +1,285 @@
+//! HTTP/1.1 served by the gateway itself for the requests nearly all traffic is made of:
+//! well-formed HTTP/1.1 heads with an origin-form target and no body, upgrade, `Expect` or
+//! `TE`. hyper's server side (its dispatcher, its buffered connection, its head encoder) cost
+//! a proxied request more instructions than parsing and writing the heads here
+//! (docs/PERFORMANCE.md, tenth round).
+//!
+//! Everything else goes to hyper, with every byte read so far: a body, an upgrade, HTTP/1.0,
+//! `HEAD`, `CONNECT`, a `Connection` other than `keep-alive`, a malformed or oversized head,
+//! the HTTP/2 preface. hyper then serves the connection to its end, as it served every
+//! connection before, error answers included; so only well-formed requests are answered here.
+
+use std::future::poll_fn;
+use std::mem::MaybeUninit;
+use std::ops::Range;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use arc_swap::ArcSwap;
+use bytes::{Bytes, BytesMut};
+use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, Version};
+use http_body_util::{Either, Empty};
+use smallvec::SmallVec;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::connection::{Activity, Answering};
+use crate::proxy::{self, ClientConnection, Runtime};
+use crate::respond::ResponseBody;
+
+/// Most fields in a head served here: hyper's own limit, so a head with more gets hyper's 431.
+const MAX_FIELDS: usize = 100;
+/// Longest head served here; hyper takes a longer one and applies `max_buf_size` to it.
+const MAX_HEAD: usize = 16 * 1024;
+/// Bytes read ahead while a request is answered (pipelined requests); past this, reading waits.
+const MAX_READ_AHEAD: usize = 64 * 1024;
+/// A write buffer grown past this by a large response is not kept for the next.
+const MAX_IDLE_WRITE_BUFFER: usize = 128 * 1024;
+
+mod write;
+
+use write::write_response;
+
+/// Why a connection must close now, as the connection's watch tells it.
+pub(super) enum Close {
+    /// The gateway is shutting down: finish the request being answered, then close.
+    Stop,
+    /// Idle for `idle_timeout`.
+    Idle,
+    /// A request head took longer than `header_read_timeout`.
+    SlowHead,
+}
+
+/// The connection's watch: shutdown, idle and slow-head deadlines.
+pub(super) trait Watch {
+    fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<Close>;
+}
+
+/// How serving here ended.
+pub(super) enum Ended<S> {
+    Closed,
+    /// A request to leave to hyper: the connection and every byte read from it but not served.
+    ToHyper(S, BytesMut),
+}
+
+/// What is needed to answer a request.
+pub(super) struct Answerer<'a> {
+    pub runtime: &'a ArcSwap<Runtime>,
+    pub client: &'a ClientConnection,
+    pub activity: &'a Arc<Activity>,
+}
+
+/// Serves requests until the connection closes or a request needs hyper.
+pub(super) async fn serve<S, W>(mut io: S, answerer: &Answerer<'_>, watch: &mut W) -> Ended<S>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    W: Watch,
+{
+    let mut read = BytesMut::with_capacity(8 * 1024);
+    let mut out = Vec::with_capacity(8 * 1024);
+    loop {
+        let request = loop {
+            match parse_request(&mut read) {
+                Parsed::Request(request) => break request,
+                Parsed::Other => return Ended::ToHyper(io, read),
+                Parsed::Partial => {}
+            }
+            tokio::select! {
+                biased;
+                got = read_more(&mut io, &mut read) => if !got {
+                    return Ended::Closed;
+                },
+                close = poll_fn(|cx| watch.poll_close(cx)) => {
+                    if let Close::SlowHead = close {
+                        tracing::debug!(peer = %answerer.client.peer, "closing: request head not complete within header_read_timeout");
+                    }
+                    return Ended::Closed;
+                }
+            }
+        };
+        let Some((response, stopping)) = answer(&mut io, &mut read, answerer, watch, request).await
+        else {
+            return Ended::Closed;
+        };
+        let keep_alive = !stopping && !asks_to_close(response.headers());
+        if write_response(&mut io, &mut out, response, keep_alive)
+            .await
+            .is_err()
+            || !keep_alive
+        {
+            let _ = io.shutdown().await;
+            return Ended::Closed;
+        }
+        if out.capacity() > MAX_IDLE_WRITE_BUFFER {
+            out = Vec::with_capacity(8 * 1024);
+        }
+    }
+}
+
+/// Reads what the client sent; false at its end or on an error.
+async fn read_more<S: AsyncRead + Unpin>(io: &mut S, read: &mut BytesMut) -> bool {
+    if read.capacity() - read.len() < 1024 {
+        read.reserve(8 * 1024);
+    }
+    matches!(io.read_buf(read).await, Ok(n) if n > 0)
+}
+
+/// The request's answer, and whether the gateway began shutting down meanwhile; `None` when
+/// the client went away first (its answer is dropped, as hyper drops it: an upstream request
+/// in flight is abandoned and the route's slot freed).
+async fn answer<S, W>(
+    io: &mut S,
+    read: &mut BytesMut,
+    answerer: &Answerer<'_>,
+    watch: &mut W,
+    request: Request<proxy::upstream::UpstreamBody>,
+) -> Option<(Response<ResponseBody>, bool)>
+where
+    S: AsyncRead + Unpin,
+    W: Watch,
+{
+    let answering = Answering::begin(answerer.activity, Version::HTTP_11);
+    let mut answered = pin!(proxy::handle(
+        answerer.runtime.load_full(),
+        answerer.client.clone(),
+        request
+    ));
+    let mut stopping = false;
+    let response = loop {
+        tokio::select! {
+            biased;
+            response = answered.as_mut() => break response,
+            got = read_more(io, read), if read.len() < MAX_READ_AHEAD => if !got {
+                return None;
+            },
+            // Only shutdown fires while a request is answered (the watch keeps a connection
+            // with one in flight): finish it, then close.
+            _ = poll_fn(|cx| watch.poll_close(cx)), if !stopping => stopping = true,
+        }
+    };
+    drop(answering);
+    Some((response, stopping))
+}
+
+/// A response that says the connection closes after it.
+fn asks_to_close(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .any(|value| has_token(value.as_bytes(), b"close"))
+}
+
+fn has_token(list: &[u8], token: &[u8]) -> bool {
+    list.split(|&b| b == b',')
+        .any(|item| item.trim_ascii().eq_ignore_ascii_case(token))
+}
+
+// Returned once a request and matched at once: boxing the request would cost an allocation.
+#[expect(clippy::large_enum_variant)]
+enum Parsed {
+    Request(Request<proxy::upstream::UpstreamBody>),
+    /// More bytes are needed.
+    Partial,
+    /// Not a request served here.
+    Other,
+}
+
+/// The request head at the start of `read`, split off it when it is one served here.
+fn parse_request(read: &mut BytesMut) -> Parsed {
+    if read.is_empty() {
+        return Parsed::Partial;
+    }
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+    let mut parsed = httparse::Request::new(&mut []);
+    let length = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut parsed,
+        read,
+        &mut fields,
+    ) {
+        Ok(httparse::Status::Complete(length)) if length <= MAX_HEAD => length,
+        Ok(httparse::Status::Partial) if read.len() < MAX_HEAD => return Parsed::Partial,
+        _ => return Parsed::Other,
+    };
+    let (Some(method), Some(target), Some(1)) = (parsed.method, parsed.path, parsed.version) else {
+        return Parsed::Other;
+    };
+    let method = match Method::from_bytes(method.as_bytes()) {
+        Ok(method) if method != Method::HEAD && method != Method::CONNECT => method,
+        _ => return Parsed::Other,
+    };
+    let base = read.as_ptr() as usize;
+    // httparse hands out slices of the buffer; anything else is left to hyper.
+    let within = |slice: &[u8]| {
+        let start = (slice.as_ptr() as usize).wrapping_sub(base);
+        let end = start
+            .checked_add(slice.len())
+            .filter(|&end| end <= length)?;
+        Some(start..end)
+    };
+    let Some(target) = within(target.as_bytes()).filter(|_| target.starts_with('/')) else {
+        return Parsed::Other;
+    };
+    let mut names: SmallVec<[(HeaderName, Range<usize>); 24]> = SmallVec::new();
+    for field in parsed.headers.iter() {
+        let (Ok(name), Some(value)) = (
+            HeaderName::from_bytes(field.name.as_bytes()),
+            within(field.value),
+        ) else {
+            return Parsed::Other;
+        };
+        if !served_here(&name, field.value) {
+            return Parsed::Other;
+        }
+        names.push((name, value));
+    }
+    let head = read.split_to(length).freeze();
+    match build_request(method, &head, target, names) {
+        Some(request) => Parsed::Request(request),
+        None => {
+            // A value or target `http` refuses: hyper answers it, from the same bytes.
+            let mut again = BytesMut::with_capacity(head.len() + read.len());
+            again.extend_from_slice(&head);
+            again.extend_from_slice(read);
+            *read = again;
+            Parsed::Other
+        }
+    }
+}
+
+/// A field that leaves its request to hyper: a body, an upgrade, `Expect`, `TE`, or a
+/// `Connection` other than `keep-alive`.
+fn served_here(name: &HeaderName, value: &[u8]) -> bool {
+    use http::header::{EXPECT, TE, UPGRADE};
+    if name == CONNECTION {
+        return value.eq_ignore_ascii_case(b"keep-alive");
+    }
+    !(name == CONTENT_LENGTH
+        || name == TRANSFER_ENCODING
+        || name == UPGRADE
+        || name == EXPECT
+        || name == TE)
+}
+
+fn build_request(
+    method: Method,
+    head: &Bytes,
+    target: Range<usize>,
+    names: SmallVec<[(HeaderName, Range<usize>); 24]>,
+) -> Option<Request<proxy::upstream::UpstreamBody>> {
+    let uri = Uri::from_maybe_shared(head.slice(target)).ok()?;
+    // Room for what the gateway adds on the way upstream without a regrow.
+    let mut headers = HeaderMap::with_capacity(names.len() + 6);
+    for (name, range) in names {
+        headers.append(
+            name,
+            HeaderValue::from_maybe_shared(head.slice(range)).ok()?,
+        );
+    }
+    let mut request = Request::new(Either::Right(Empty::new()));
+    *request.method_mut() = method;
+    *request.uri_mut() = uri;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    Some(request)
+}
