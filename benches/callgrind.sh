@@ -12,6 +12,8 @@
 #   N=5000 EXTRA='[edge]\nrate = "1000000/s"' benches/callgrind.sh   # tables after [server]
 #   ROUTE='limits = ["flood"]\n[[limits]]\nname = "flood"\nkey = ["header:x-api-key"]\nrates = [{ limit = 1, per = "1h" }]' \
 #     STATUS=429 benches/callgrind.sh           # keys of the route, then more tables
+#   SCENARIO=nginx benches/callgrind.sh      # nginx (one process, compare.sh's (a) config) under the
+#                                            # same load, for its count beside ours
 #   CONNS=50 SCENARIO=d benches/callgrind.sh  # N requests spread over 50 connections at once:
 #                                            # what a worker spends per request under concurrent
 #                                            # load (e.g. Redis calls merged), not one at a time
@@ -29,7 +31,7 @@ source benches/common.sh
 ensure_tools valgrind
 BIN=${OVERRIDE_BIN:-$BIN}
 
-if [ -n "$SCENARIO" ]; then
+if [ -n "$SCENARIO" ] && [ "$SCENARIO" != nginx ]; then
   scenario_config "$SCENARIO" || { echo "unknown scenario $SCENARIO: expected a, b, c, d or denial" >&2; exit 1; }
   EXTRA=$SCENARIO_TABLES; ROUTE=$SCENARIO_ROUTE
   if [ "$SCENARIO" = denial ]; then STATUS=429; fi
@@ -40,8 +42,32 @@ PROXY_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
 printf '[server]\nlisten = ["127.0.0.1:%s"]\n%b\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n%b\n' \
   "$PROXY_PORT" "$EXTRA" "$UPSTREAM_PORT" "$ROUTE" > "$WORK/gw.toml"
-RUST_LOG=warn valgrind --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$WORK/cg.out" \
-  "$BIN" --config "$WORK/gw.toml" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
+if [ "$SCENARIO" = nginx ]; then
+  ensure_tools nginx
+  mkdir -p "$WORK/nginx"
+  cat > "$WORK/nginx.conf" <<CONF
+master_process off; daemon off; worker_processes 1; pid $WORK/nginx.pid; error_log $WORK/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off; client_body_temp_path $WORK/nginx; proxy_temp_path $WORK/nginx;
+  limit_req_zone \$binary_remote_addr zone=perip:10m rate=1000000r/s;
+  upstream echo { server 127.0.0.1:$UPSTREAM_PORT; keepalive 64; }
+  server {
+    listen 127.0.0.1:$PROXY_PORT;
+    location / {
+      limit_req zone=perip burst=1000000 nodelay;
+      proxy_pass http://echo; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header Host \$host; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+    }
+  }
+}
+CONF
+  valgrind --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$WORK/cg.out" \
+    nginx -c "$WORK/nginx.conf" -p "$WORK" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
+else
+  RUST_LOG=warn valgrind --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$WORK/cg.out" \
+    "$BIN" --config "$WORK/gw.toml" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
+fi
 for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null && break; sleep 0.1; done
 
 requests() { # N: keep-alive GETs on CONNS connections at once, each must answer $STATUS (after the first)
@@ -73,4 +99,5 @@ sleep 1
 dump=$(ls "$WORK"/cg.out.* | sort -t. -k3 -n | tail -1)
 instructions=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
 cp "$dump" target/callgrind.out  # for `callgrind_annotate target/callgrind.out`
+[ "$SCENARIO" = nginx ] && BIN=nginx
 echo "$((instructions / N)) user-space instructions per request ($N requests, $(basename "$BIN")${SCENARIO:+, scenario $SCENARIO})"
