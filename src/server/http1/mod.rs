@@ -77,7 +77,8 @@ where
     W: Watch,
 {
     let mut read = BytesMut::with_capacity(8 * 1024);
-    let mut out = Vec::with_capacity(8 * 1024);
+    // Allocated by the first response: an idle connection keeps only its read buffer.
+    let mut out = Vec::new();
     loop {
         let request = loop {
             match parse_request(&mut read) {
@@ -112,7 +113,7 @@ where
             return Ended::Closed;
         }
         if out.capacity() > MAX_IDLE_WRITE_BUFFER {
-            out = Vec::with_capacity(8 * 1024);
+            out = Vec::new();
         }
     }
 }

@@ -36,6 +36,7 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
     let (parts, mut body) = response.into_parts();
     let length = body_length(parts.status, &parts.headers, &body);
     out.clear();
+    out.reserve(1024);
     encode_head(out, &parts, body.added(), length, keep_alive);
     if length == Length::None {
         return flush(io, out).await;
