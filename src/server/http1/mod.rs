@@ -104,11 +104,11 @@ where
             return Ended::Closed;
         };
         let keep_alive = !stopping && !asks_to_close(response.headers());
-        if write_response(&mut io, &mut out, response, keep_alive)
-            .await
-            .is_err()
-            || !keep_alive
-        {
+        let written = write_response(&mut io, &mut out, response, keep_alive).await;
+        if let Err(error) = &written {
+            tracing::debug!(peer = %answerer.client.peer, %error, "closing the connection");
+        }
+        if written.is_err() || !keep_alive {
             let _ = io.shutdown().await;
             return Ended::Closed;
         }
@@ -186,7 +186,8 @@ enum Parsed {
     Other,
 }
 
-/// The request head at the start of `read`, split off it when it is one served here.
+/// The request head at the start of `read`, split off it when it is one served here; when
+/// it is not, `read` is left as it was, for hyper.
 fn parse_request(read: &mut BytesMut) -> Parsed {
     if read.is_empty() {
         return Parsed::Partial;
@@ -202,40 +203,11 @@ fn parse_request(read: &mut BytesMut) -> Parsed {
         Ok(httparse::Status::Partial) if read.len() < MAX_HEAD => return Parsed::Partial,
         _ => return Parsed::Other,
     };
-    let (Some(method), Some(target), Some(1)) = (parsed.method, parsed.path, parsed.version) else {
+    let Some(parts) = parts_served_here(&parsed, read.as_ptr() as usize, length) else {
         return Parsed::Other;
     };
-    let method = match Method::from_bytes(method.as_bytes()) {
-        Ok(method) if method != Method::HEAD && method != Method::CONNECT => method,
-        _ => return Parsed::Other,
-    };
-    let base = read.as_ptr() as usize;
-    // httparse hands out slices of the buffer; anything else is left to hyper.
-    let within = |slice: &[u8]| {
-        let start = (slice.as_ptr() as usize).wrapping_sub(base);
-        let end = start
-            .checked_add(slice.len())
-            .filter(|&end| end <= length)?;
-        Some(start..end)
-    };
-    let Some(target) = within(target.as_bytes()).filter(|_| target.starts_with('/')) else {
-        return Parsed::Other;
-    };
-    let mut names: SmallVec<[(HeaderName, Range<usize>); 24]> = SmallVec::new();
-    for field in parsed.headers.iter() {
-        let (Ok(name), Some(value)) = (
-            HeaderName::from_bytes(field.name.as_bytes()),
-            within(field.value),
-        ) else {
-            return Parsed::Other;
-        };
-        if !served_here(&name, field.value) {
-            return Parsed::Other;
-        }
-        names.push((name, value));
-    }
     let head = read.split_to(length).freeze();
-    match build_request(method, &head, target, names) {
+    match build_request(parts, &head) {
         Some(request) => Parsed::Request(request),
         None => {
             // A value or target `http` refuses: hyper answers it, from the same bytes.
@@ -246,6 +218,50 @@ fn parse_request(read: &mut BytesMut) -> Parsed {
             Parsed::Other
         }
     }
+}
+
+/// A parsed head's method, and its target's and fields' places in the buffer.
+struct HeadParts {
+    method: Method,
+    target: Range<usize>,
+    fields: SmallVec<[(HeaderName, Range<usize>); 24]>,
+}
+
+/// The parts of a head whose buffer starts at `base`, when its request is served here:
+/// HTTP/1.1, not `HEAD` or `CONNECT`, an origin-form target, every field `served_here`.
+fn parts_served_here(
+    parsed: &httparse::Request<'_, '_>,
+    base: usize,
+    length: usize,
+) -> Option<HeadParts> {
+    let (Some(method), Some(target), Some(1)) = (parsed.method, parsed.path, parsed.version) else {
+        return None;
+    };
+    let method = Method::from_bytes(method.as_bytes())
+        .ok()
+        .filter(|method| method != Method::HEAD && method != Method::CONNECT)?;
+    // httparse hands out slices of the buffer; anything else is left to hyper.
+    let within = |slice: &[u8]| {
+        let start = (slice.as_ptr() as usize).wrapping_sub(base);
+        let end = start
+            .checked_add(slice.len())
+            .filter(|&end| end <= length)?;
+        Some(start..end)
+    };
+    let target = within(target.as_bytes()).filter(|_| target.starts_with('/'))?;
+    let mut fields = SmallVec::new();
+    for field in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes()).ok()?;
+        if !served_here(&name, field.value) {
+            return None;
+        }
+        fields.push((name, within(field.value)?));
+    }
+    Some(HeadParts {
+        method,
+        target,
+        fields,
+    })
 }
 
 /// A field that leaves its request to hyper: a body, an upgrade, `Expect`, `TE`, or a
@@ -262,25 +278,106 @@ fn served_here(name: &HeaderName, value: &[u8]) -> bool {
         || name == TE)
 }
 
-fn build_request(
-    method: Method,
-    head: &Bytes,
-    target: Range<usize>,
-    names: SmallVec<[(HeaderName, Range<usize>); 24]>,
-) -> Option<Request<proxy::upstream::UpstreamBody>> {
-    let uri = Uri::from_maybe_shared(head.slice(target)).ok()?;
+fn build_request(parts: HeadParts, head: &Bytes) -> Option<Request<proxy::upstream::UpstreamBody>> {
+    let uri = Uri::from_maybe_shared(head.slice(parts.target)).ok()?;
     // Room for what the gateway adds on the way upstream without a regrow.
-    let mut headers = HeaderMap::with_capacity(names.len() + 6);
-    for (name, range) in names {
+    let mut headers = HeaderMap::with_capacity(parts.fields.len() + 6);
+    for (name, range) in parts.fields {
         headers.append(
             name,
             HeaderValue::from_maybe_shared(head.slice(range)).ok()?,
         );
     }
     let mut request = Request::new(Either::Right(Empty::new()));
-    *request.method_mut() = method;
+    *request.method_mut() = parts.method;
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
     Some(request)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// Whether the own server serves a request of this version, method and fields.
+    fn expected_here(version: &str, method: &str, fields: &[(&str, String)]) -> bool {
+        version == "1.1"
+            && method != "HEAD"
+            && method != "CONNECT"
+            && fields.iter().all(|(name, value)| match *name {
+                "connection" => value.eq_ignore_ascii_case("keep-alive"),
+                "content-length" | "transfer-encoding" | "upgrade" | "expect" | "te" => false,
+                _ => true,
+            })
+    }
+
+    proptest! {
+        /// Whatever arrives, a request is split off the front or the bytes stay as they were,
+        /// for hyper: nothing is lost or changed on the way.
+        #[test]
+        fn any_bytes_are_served_or_left_whole(bytes in vec(any::<u8>(), 0..300)) {
+            let mut read = BytesMut::from(&bytes[..]);
+            match parse_request(&mut read) {
+                Parsed::Request(_) => {
+                    prop_assert!(read.len() < bytes.len());
+                    prop_assert!(bytes.ends_with(&read));
+                }
+                Parsed::Partial | Parsed::Other => prop_assert_eq!(&read[..], &bytes[..]),
+            }
+        }
+
+        /// A well-formed head is served with its method, target and fields exactly when
+        /// nothing in it needs hyper; the bytes after it stay for the next request.
+        #[test]
+        fn a_head_is_served_with_its_parts_or_left_to_hyper(
+            method in prop_oneof![Just("GET"), Just("POST"), Just("DELETE"), Just("HEAD"), Just("CONNECT")],
+            target in "/[a-z0-9/.=&-]{0,16}(\\?[a-z0-9=&]{0,8})?",
+            version in prop_oneof![Just("1.1"), Just("1.0")],
+            fields in vec((
+                prop_oneof![Just("host"), Just("x-api-key"), Just("accept"), Just("connection"),
+                    Just("content-length"), Just("transfer-encoding"), Just("upgrade"),
+                    Just("expect"), Just("te")],
+                prop_oneof![Just("keep-alive".to_string()), Just("Keep-Alive".to_string()),
+                    Just("close".to_string()), "[a-zA-Z0-9]([a-zA-Z0-9 ;=]{0,8}[a-zA-Z0-9])?"],
+            ), 0..6),
+            next in prop_oneof![Just(""), Just("GET /next HTTP/1.1\r\n\r\n")],
+        ) {
+            let mut text = format!("{method} {target} HTTP/{version}\r\n");
+            for (name, value) in &fields {
+                text.push_str(&format!("{name}: {value}\r\n"));
+            }
+            text.push_str("\r\n");
+            let head_length = text.len();
+            text.push_str(next);
+            let mut read = BytesMut::from(text.as_bytes());
+            match parse_request(&mut read) {
+                Parsed::Request(request) => {
+                    prop_assert!(expected_here(version, method, &fields));
+                    prop_assert_eq!(request.method().as_str(), method);
+                    prop_assert_eq!(request.uri().to_string(), target);
+                    let got: Vec<(String, String)> = request
+                        .headers()
+                        .iter()
+                        .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
+                        .collect();
+                    let mut sent: Vec<(String, String)> =
+                        fields.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
+                    // A map groups a name's values; their order within a name is kept.
+                    sent.sort_by(|a, b| a.0.cmp(&b.0));
+                    let mut got_sorted = got.clone();
+                    got_sorted.sort_by(|a, b| a.0.cmp(&b.0));
+                    prop_assert_eq!(got_sorted, sent);
+                    prop_assert_eq!(&read[..], &text.as_bytes()[head_length..]);
+                }
+                Parsed::Other => {
+                    prop_assert!(!expected_here(version, method, &fields));
+                    prop_assert_eq!(&read[..], text.as_bytes());
+                }
+                Parsed::Partial => prop_assert!(false, "a whole head is not partial"),
+            }
+        }
+    }
 }

@@ -3,6 +3,9 @@
 
 use futures_util::FutureExt;
 use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use std::io;
+
+use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -25,26 +28,53 @@ enum Length {
     Chunked,
 }
 
-/// Writes the response; an error when the client went away or the body failed or did not
-/// match its length, after which the connection must close.
+/// Why a response was not written whole; the connection closes after it.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum WriteError {
+    #[error("writing to the client failed: {0}")]
+    Client(#[from] io::Error),
+    #[error("the response body failed: {0}")]
+    Body(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("the response body does not match its Content-Length")]
+    Length,
+}
+
+/// Writes the response: its head, then its body as it comes, gathered into few writes.
 pub(super) async fn write_response<S: AsyncWrite + Unpin>(
     io: &mut S,
     out: &mut Vec<u8>,
     response: Response<ResponseBody>,
     keep_alive: bool,
-) -> Result<(), ()> {
+) -> Result<(), WriteError> {
     let (parts, mut body) = response.into_parts();
     let length = body_length(parts.status, &parts.headers, &body);
     out.clear();
     out.reserve(1024);
     encode_head(out, &parts, body.added(), length, keep_alive);
-    if length == Length::None {
-        return flush(io, out).await;
-    }
+    // The bytes still owed under a Content-Length; None when chunked.
     let mut left = match length {
+        Length::None => return flush(io, out).await,
         Length::Exactly(n) => Some(n),
-        _ => None,
+        Length::Chunked => None,
     };
+    while let Some(data) = next_data(io, out, &mut body).await? {
+        push_data(io, out, data, &mut left).await?;
+    }
+    match left {
+        Some(0) => {}
+        Some(_) => return Err(WriteError::Length),
+        None => out.extend_from_slice(b"0\r\n\r\n"),
+    }
+    flush(io, out).await
+}
+
+/// The body's next data; what is gathered is written first when none is ready yet. None at
+/// the body's end.
+async fn next_data<S: AsyncWrite + Unpin>(
+    io: &mut S,
+    out: &mut Vec<u8>,
+    body: &mut ResponseBody,
+) -> Result<Option<Bytes>, WriteError> {
     loop {
         let frame = match body.frame().now_or_never() {
             Some(frame) => frame,
@@ -53,55 +83,59 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
                 body.frame().await
             }
         };
-        let data = match frame {
-            None => break,
-            Some(Err(error)) => {
-                tracing::debug!(%error, "response body failed; closing the connection");
-                return Err(());
-            }
+        match frame {
+            None => return Ok(None),
+            Some(Err(error)) => return Err(WriteError::Body(error)),
             // Trailers are sent only to a request with `TE: trailers`, which hyper serves.
             Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => data,
-                Err(_) => continue,
+                Ok(data) if !data.is_empty() => return Ok(Some(data)),
+                _ => {}
             },
-        };
-        if data.is_empty() {
-            continue;
         }
-        if let Some(left) = &mut left {
-            *left = left.checked_sub(data.len() as u64).ok_or(())?;
-        } else {
+    }
+}
+
+/// Adds `data` to the response: counted against the length `left`, or framed as a chunk.
+/// Large data is written from its own buffer rather than copied.
+async fn push_data<S: AsyncWrite + Unpin>(
+    io: &mut S,
+    out: &mut Vec<u8>,
+    data: Bytes,
+    left: &mut Option<u64>,
+) -> Result<(), WriteError> {
+    match left {
+        Some(left) => {
+            *left = left
+                .checked_sub(data.len() as u64)
+                .ok_or(WriteError::Length)?
+        }
+        None => {
             let mut digits = [0u8; 16];
             out.extend_from_slice(hex(data.len(), &mut digits));
             out.extend_from_slice(b"\r\n");
         }
-        if data.len() >= WRITE_DIRECT {
-            flush(io, out).await?;
-            io.write_all(&data).await.map_err(|_| ())?;
-        } else {
-            out.extend_from_slice(&data);
-        }
-        if left.is_none() {
-            out.extend_from_slice(b"\r\n");
-        }
-        if out.len() >= WRITE_BATCH {
-            flush(io, out).await?;
-        }
     }
-    match left {
-        Some(0) => {}
-        Some(_) => return Err(()),
-        None => out.extend_from_slice(b"0\r\n\r\n"),
+    if data.len() >= WRITE_DIRECT {
+        flush(io, out).await?;
+        io.write_all(&data).await?;
+    } else {
+        out.extend_from_slice(&data);
     }
-    flush(io, out).await
+    if left.is_none() {
+        out.extend_from_slice(b"\r\n");
+    }
+    if out.len() >= WRITE_BATCH {
+        flush(io, out).await?;
+    }
+    Ok(())
 }
 
-async fn flush<S: AsyncWrite + Unpin>(io: &mut S, out: &mut Vec<u8>) -> Result<(), ()> {
+async fn flush<S: AsyncWrite + Unpin>(io: &mut S, out: &mut Vec<u8>) -> Result<(), WriteError> {
     if !out.is_empty() {
-        io.write_all(out).await.map_err(|_| ())?;
+        io.write_all(out).await?;
         out.clear();
     }
-    io.flush().await.map_err(|_| ())
+    Ok(io.flush().await?)
 }
 
 /// As hyper decides it: a valid `Content-Length` field, else the body's exact size, else
@@ -127,8 +161,9 @@ fn body_length(status: StatusCode, headers: &HeaderMap, body: &ResponseBody) -> 
     }
 }
 
-/// The status line, the response's fields less its framing ones, the framing, `Date` unless
-/// the response has one, and `Connection: close` when the connection closes after it.
+/// The status line; the response's fields less its framing, its `Connection` and those the
+/// added fields replace; the framing; the added fields; `Date` unless the response has one;
+/// and `Connection: close` when the connection closes after it.
 fn encode_head(
     out: &mut Vec<u8>,
     parts: &http::response::Parts,
@@ -202,5 +237,59 @@ mod date {
             }
             write(&cached.1);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::added_fields::Added;
+
+    #[test]
+    fn a_head_has_the_fields_less_framing_and_replaced_ones_then_the_added_and_its_own() {
+        let response = Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "text/plain")
+            .header("content-length", "2")
+            .header("transfer-encoding", "chunked")
+            .header("connection", "keep-alive")
+            .header("x-request-id", "upstream")
+            .body(ResponseBody::generated(Bytes::from_static(b"ok")))
+            .unwrap();
+        let (parts, mut body) = response.into_parts();
+        body.added_mut().add_value(Added::RequestId, b"ours");
+        let length = body_length(parts.status, &parts.headers, &body);
+        assert_eq!(length, Length::Exactly(2));
+        let mut out = Vec::new();
+        encode_head(&mut out, &parts, body.added(), length, false);
+        let text = String::from_utf8(out).unwrap();
+        let (before_date, date) = text.split_once("date: ").unwrap();
+        assert_eq!(
+            before_date,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\nx-request-id: ours\r\n"
+        );
+        assert!(
+            date.ends_with(" GMT\r\nconnection: close\r\n\r\n"),
+            "{date}"
+        );
+
+        let mut no_content = Response::new(ResponseBody::generated(Bytes::new()));
+        *no_content.status_mut() = StatusCode::NO_CONTENT;
+        no_content
+            .headers_mut()
+            .insert("content-length", "0".parse().unwrap());
+        let (parts, body) = no_content.into_parts();
+        assert_eq!(
+            body_length(parts.status, &parts.headers, &body),
+            Length::None
+        );
+        let mut out = Vec::new();
+        encode_head(&mut out, &parts, body.added(), Length::None, true);
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with("HTTP/1.1 204 No Content\r\ndate: "),
+            "{text}"
+        );
+        assert!(!text.contains("content-length") && !text.contains("connection"));
     }
 }
