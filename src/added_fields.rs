@@ -171,11 +171,13 @@ impl AddedFields {
 
 /// A control character other than tab, which a field value must not hold (a CR or LF would
 /// end the field). Every byte is tested, with no early exit, which compiles to a few vector
-/// instructions.
+/// instructions. (Eight bytes at a time by bit tricks measured no cheaper: values are short.)
 fn has_control(value: &[u8]) -> bool {
-    value.iter().fold(false, |found, &b| {
-        found | ((b < 0x20 && b != b'\t') | (b == 0x7f))
-    })
+    value.iter().fold(false, |found, &b| found | is_control(b))
+}
+
+fn is_control(byte: u8) -> bool {
+    (byte < 0x20 && byte != b'\t') | (byte == 0x7f)
 }
 
 #[cfg(test)]
@@ -220,5 +222,24 @@ mod tests {
         assert_eq!(headers["retry-after"], "5");
         assert_eq!(headers["other"], "kept");
         assert!(added.lines().is_empty());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_control_is_found_wherever_it_is(
+            value in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+            plain in "[ -~\t]{0,40}",
+        ) {
+            let byte_by_byte = |v: &[u8]| v.iter().any(|&b| is_control(b));
+            proptest::prop_assert_eq!(has_control(&value), byte_by_byte(&value));
+            proptest::prop_assert!(!has_control(plain.as_bytes()));
+            for at in 0..=plain.len() {
+                for control in [0u8, b'\r', b'\n', 0x1f, 0x7f] {
+                    let mut with = plain.as_bytes().to_vec();
+                    with.insert(at, control);
+                    proptest::prop_assert!(has_control(&with));
+                }
+            }
+        }
     }
 }

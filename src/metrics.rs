@@ -88,6 +88,9 @@ pub struct Metrics {
     pub request_duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
     pub limit_decisions: Family<LimitDecisionLabels, Counter>,
     pub edge_decisions: Family<DecisionLabel, Counter>,
+    /// `edge_decisions` by `EdgeDecision`, each fetched on its first count (a series appears
+    /// once it counts, as before): a label lookup hashed and locked on every request.
+    edge_counters: [OnceLock<Counter>; EdgeDecision::COUNT],
     pub edge_tracked_ips: Gauge,
     pub upstream_healthy: Family<UpstreamServerLabels, Gauge>,
     pub config_reloads: Family<ResultLabel, Counter>,
@@ -266,6 +269,7 @@ impl Metrics {
             request_duration,
             limit_decisions,
             edge_decisions,
+            edge_counters: Default::default(),
             edge_tracked_ips,
             upstream_healthy,
             config_reloads,
@@ -374,14 +378,14 @@ impl Metrics {
     }
 
     pub fn count_edge(&self, verdict: &EdgeVerdict) {
-        let decision = match verdict {
-            EdgeVerdict::Allow => "allowed",
-            EdgeVerdict::Exempt => "exempt",
-            EdgeVerdict::Forbidden { .. } => "forbidden",
-            EdgeVerdict::Limited { .. } => "denied",
-        };
-        self.edge_decisions
-            .get_or_create(&DecisionLabel { decision })
+        let decision = EdgeDecision::of(verdict);
+        self.edge_counters[decision as usize]
+            .get_or_init(|| {
+                let label = DecisionLabel {
+                    decision: decision.label(),
+                };
+                self.edge_decisions.get_or_create(&label).clone()
+            })
             .inc();
     }
 
@@ -392,6 +396,37 @@ impl Metrics {
                 decision,
             })
             .inc();
+    }
+}
+
+/// The `decision` label of `rlp_edge_decisions_total`.
+#[derive(Clone, Copy)]
+enum EdgeDecision {
+    Allowed,
+    Exempt,
+    Forbidden,
+    Denied,
+}
+
+impl EdgeDecision {
+    const COUNT: usize = 4;
+
+    fn of(verdict: &EdgeVerdict) -> EdgeDecision {
+        match verdict {
+            EdgeVerdict::Allow => EdgeDecision::Allowed,
+            EdgeVerdict::Exempt => EdgeDecision::Exempt,
+            EdgeVerdict::Forbidden { .. } => EdgeDecision::Forbidden,
+            EdgeVerdict::Limited { .. } => EdgeDecision::Denied,
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            EdgeDecision::Allowed => "allowed",
+            EdgeDecision::Exempt => "exempt",
+            EdgeDecision::Forbidden => "forbidden",
+            EdgeDecision::Denied => "denied",
+        }
     }
 }
 
@@ -434,5 +469,26 @@ mod tests {
                 .encode()
                 .contains(r#"rlp_requests_total{route="api",code="200"} 3"#)
         );
+    }
+
+    #[test]
+    fn edge_decisions_are_counted_by_label_and_appear_once_counted() {
+        let metrics = Metrics::new();
+        let allowed = || EdgeVerdict::Allow;
+        let forbidden = || EdgeVerdict::Forbidden {
+            list: "blocked".into(),
+        };
+        for verdict in [allowed(), allowed(), forbidden(), EdgeVerdict::Exempt] {
+            metrics.count_edge(&verdict);
+        }
+        let text = metrics.encode();
+        for line in [
+            r#"rlp_edge_decisions_total{decision="allowed"} 2"#,
+            r#"rlp_edge_decisions_total{decision="forbidden"} 1"#,
+            r#"rlp_edge_decisions_total{decision="exempt"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert!(!text.contains(r#"decision="denied""#), "{text}");
     }
 }
