@@ -14,6 +14,8 @@
 #     STATUS=429 benches/callgrind.sh           # keys of the route, then more tables
 #   SCENARIO=nginx benches/callgrind.sh      # nginx (one process, compare.sh's (a) config) under the
 #                                            # same load, for its count beside ours
+#   NGINX_FIELDS=same SCENARIO=nginx benches/callgrind.sh   # nginx also setting the fields ours sets
+#                                            # (X-Forwarded-Proto/-Host, X-Request-Id; common.sh)
 #   CONNS=50 SCENARIO=d benches/callgrind.sh  # N requests spread over 50 connections at once:
 #                                            # what a worker spends per request under concurrent
 #                                            # load (e.g. Redis calls merged), not one at a time
@@ -51,13 +53,14 @@ events { worker_connections 4096; }
 http {
   access_log off; client_body_temp_path $WORK/nginx; proxy_temp_path $WORK/nginx;
   limit_req_zone \$binary_remote_addr zone=perip:10m rate=1000000r/s;
+  $NGINX_HTTP
   upstream echo { server 127.0.0.1:$UPSTREAM_PORT; keepalive 64; }
   server {
     listen 127.0.0.1:$PROXY_PORT;
     location / {
       limit_req zone=perip burst=1000000 nodelay;
-      proxy_pass http://echo; proxy_http_version 1.1; proxy_set_header Connection "";
-      proxy_set_header Host \$host; proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      proxy_pass http://echo;
+      $NGINX_PROXY
     }
   }
 }

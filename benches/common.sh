@@ -58,6 +58,24 @@ start_redis() {
   wait_port "$REDIS_PORT"
 }
 
+# nginx's proxying, as the issue sets it: HTTP/1.1 keep-alive to the upstream, Host kept,
+# X-Forwarded-For extended. NGINX_HTTP goes in `http {}`, NGINX_PROXY in each proxying
+# `location`. NGINX_FIELDS=same also has nginx do by hand the rest of what ratelimit-proxy does
+# to every proxied request (DESIGN §1): set X-Forwarded-Proto and -Host, keep the client's
+# X-Request-Id or mint one (32 hex digits, as ours; nginx's `$request_id` draws them from
+# OpenSSL), and return that id to the client, on a 429 too. The targets are judged with the
+# default; `same` shows what equal work costs nginx.
+NGINX_HTTP='map $http_x_request_id $kept_request_id { "" $request_id; default $http_x_request_id; }'
+NGINX_PROXY='proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header Host $host; proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;'
+case ${NGINX_FIELDS:-minimal} in
+  minimal) ;;
+  same) NGINX_PROXY+='
+      proxy_set_header X-Forwarded-Proto $scheme; proxy_set_header X-Forwarded-Host $host;
+      proxy_set_header X-Request-Id $kept_request_id; add_header X-Request-Id $kept_request_id always;' ;;
+  *) echo "NGINX_FIELDS is \"$NGINX_FIELDS\": expected minimal or same" >&2; exit 1 ;;
+esac
+
 # The two limits of two windows each that the limit scenarios put on the route, high enough
 # that the load never reaches them (and within what the Redis store counts exactly): the cost
 # of admission on the allowed path. Goes right after a [[routes]] table.

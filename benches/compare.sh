@@ -14,6 +14,9 @@
 #   CONNS=100 DURATION=20s ROUNDS=3 benches/compare.sh
 #   WORKERS=2 benches/compare.sh            # two nginx workers against two of ours (default 1)
 #   ROUNDS=0 RATE=20000 benches/compare.sh  # only (f), at a given rate
+#   NGINX_FIELDS=same benches/compare.sh    # nginx also sets X-Forwarded-Proto/-Host and keeps or
+#                                           # mints X-Request-Id, as ours does (see common.sh); the
+#                                           # targets are judged without
 #
 # Everything stays on 127.0.0.1 and stops by itself. nginx, wrk and redis-server come from apt
 # and oha from `cargo install` when missing.
@@ -56,6 +59,7 @@ http {
   limit_req_zone \$binary_remote_addr zone=perip:10m rate=1000000r/s;
   limit_req_zone \$http_x_api_key zone=perkey:10m rate=1r/m;
   limit_req_status 429;
+  $NGINX_HTTP
   upstream echo { server 127.0.0.1:$UPSTREAM_PORT; keepalive 64; }
   server {
     listen 127.0.0.1:$NGINX_PORT;
@@ -65,18 +69,12 @@ http {
     location / {
       limit_req zone=perip burst=1000000 nodelay;
       proxy_pass http://echo;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      $NGINX_PROXY
     }
     location /flood {
       limit_req zone=perkey;
       proxy_pass http://echo;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host \$host;
-      proxy_set_header X-Forwarded-For \$proxy_add_x_forwarded_for;
+      $NGINX_PROXY
     }
   }
 }
@@ -161,7 +159,7 @@ run() {
     END { printf "%s %s %s %.1f %d\n", rps, p50, p99, t / hz * 1e6 / n, rss }' "$WORK/$name.txt"
 }
 
-echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream"
+echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}"
 printf '%-30s %10s %9s %9s %11s %10s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB"
 declare -A CPU RPS
 SCENARIOS="nginx a b c d nginx-flood e nginx-tls g"
