@@ -312,6 +312,36 @@ max_delay = "1s"
 }
 
 #[test]
+fn a_limit_name_must_fit_in_a_quoted_header_string() {
+    let limit = |name: &str| {
+        format!(
+            "[[limits]]\nname = {name}\nkey = [\"ip\"]\nrates = [{{ limit = 5, per = \"1m\" }}]\n"
+        )
+    };
+    let names = [
+        r#""team \"a\"""#,
+        r#""back\\slash""#,
+        r#""límite""#,
+        r#""tab\there""#,
+    ];
+    let text = format!("{VALID}\n{}", names.map(limit).join("\n"));
+    let lines = problems(&text);
+    assert_eq!(lines.len(), names.len(), "{lines:#?}");
+    for (i, line) in lines.iter().enumerate() {
+        assert!(
+            line.starts_with(&format!(
+                "gw.toml: limits[{i}].name: expected printable ASCII"
+            )),
+            "{line}"
+        );
+    }
+    assert!(lines[2].ends_with(r#"got "límite""#), "{}", lines[2]);
+    let fine = format!("{VALID}\n{}", limit(r#""per key v2.1 (a/b:c)""#));
+    let config = parse_str(&fine, "gw.toml").expect("a printable name is accepted");
+    assert_eq!(&*config.limits[0].name, "per key v2.1 (a/b:c)");
+}
+
+#[test]
 fn delay_needs_a_bucket_algorithm_and_plans_need_known_tiers() {
     let dir = std::env::temp_dir().join(format!("rlp-config-plans-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -290,6 +290,16 @@ fn limit(
             Algorithm::TokenBucket
         }
     };
+    if !is_quotable(&raw.name) {
+        problems.push(
+            format!("{path}.name"),
+            format!(
+                "expected printable ASCII without '\"' or '\\' (the name is quoted in the \
+                 RateLimit headers), got {:?}",
+                raw.name
+            ),
+        );
+    }
     if raw.key.is_empty() {
         problems.push(
             format!("{path}.key"),
@@ -399,6 +409,13 @@ fn max_delay(
             Duration::ZERO
         }
     }
+}
+
+/// What a Structured Field string (RFC 8941 §3.3.3) holds as it is: the RateLimit and
+/// RateLimit-Policy fields quote a limit's name on every limited response, unescaped.
+fn is_quotable(name: &str) -> bool {
+    name.bytes()
+        .all(|b| (0x20..=0x7e).contains(&b) && b != b'"' && b != b'\\')
 }
 
 fn windows(
