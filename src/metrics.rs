@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
 use crate::edge::EdgeVerdict;
 use crate::limit::heavy_hitters::HeavyHitters;
@@ -14,20 +14,49 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+/// A label value from the config (a route's, upstream's or limit's name, a server's address),
+/// escaped as the text format requires: prometheus-client writes label values as they are, and
+/// one quote, backslash or newline in a name would make the whole scrape unreadable.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
+pub struct LabelText(String);
+
+impl From<&str> for LabelText {
+    fn from(text: &str) -> LabelText {
+        LabelText(text.to_string())
+    }
+}
+
+impl EncodeLabelValue for LabelText {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        use std::fmt::Write;
+        let mut rest = self.0.as_str();
+        while let Some(at) = rest.find(['\\', '"', '\n']) {
+            encoder.write_str(&rest[..at])?;
+            encoder.write_str(match rest.as_bytes()[at] {
+                b'\\' => "\\\\",
+                b'"' => "\\\"",
+                _ => "\\n",
+            })?;
+            rest = &rest[at + 1..];
+        }
+        encoder.write_str(rest)
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteCode {
-    pub route: String,
+    pub route: LabelText,
     pub code: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabel {
-    pub route: String,
+    pub route: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LimitDecisionLabels {
-    pub limit: String,
+    pub limit: LabelText,
     pub decision: &'static str,
 }
 
@@ -43,13 +72,13 @@ pub struct ResultLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamCode {
-    pub upstream: String,
+    pub upstream: LabelText,
     pub code: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamLabel {
-    pub upstream: String,
+    pub upstream: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -65,8 +94,8 @@ pub struct BackendKind {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamServerLabels {
-    pub upstream: String,
-    pub server: String,
+    pub upstream: LabelText,
+    pub server: LabelText,
 }
 
 fn latency_histogram() -> Histogram {
@@ -164,7 +193,7 @@ impl Drop for InFlightGauge {
 }
 
 fn requests_of(family: &Family<RouteCode, Counter>, route: &str) -> CountersByStatus {
-    let (family, route) = (family.clone(), route.to_string());
+    let (family, route) = (family.clone(), LabelText::from(route));
     CountersByStatus::new(move |code| {
         let route = route.clone();
         family.get_or_create(&RouteCode { route, code }).clone()
@@ -295,7 +324,7 @@ impl Metrics {
     /// The handles of one route's series, fetched once per runtime.
     pub fn route(&self, route: &str) -> RouteMetrics {
         let label = RouteLabel {
-            route: route.to_string(),
+            route: LabelText::from(route),
         };
         RouteMetrics {
             requests: Arc::new(requests_of(&self.requests, route)),
@@ -307,7 +336,7 @@ impl Metrics {
     /// The series of one upstream, fetched once per runtime.
     pub fn upstream(&self, upstream: &str) -> UpstreamMetrics {
         let label = UpstreamLabel {
-            upstream: upstream.to_string(),
+            upstream: LabelText::from(upstream),
         };
         let (family, upstream) = (self.upstream_requests.clone(), label.upstream.clone());
         UpstreamMetrics {
@@ -332,7 +361,7 @@ impl Metrics {
     pub fn limit_counters(&self, limit: &str) -> LimitCounters {
         let counter = |decision| {
             let labels = LimitDecisionLabels {
-                limit: limit.to_string(),
+                limit: LabelText::from(limit),
                 decision,
             };
             self.limit_decisions.get_or_create(&labels).clone()
@@ -359,7 +388,7 @@ impl Metrics {
                 self.no_route.inc(code);
                 self.request_duration
                     .get_or_create(&RouteLabel {
-                        route: String::new(),
+                        route: LabelText::default(),
                     })
                     .observe(took.as_secs_f64());
             }
@@ -392,7 +421,7 @@ impl Metrics {
     pub fn count_limit(&self, limit: &str, decision: &'static str) {
         self.limit_decisions
             .get_or_create(&LimitDecisionLabels {
-                limit: limit.to_string(),
+                limit: LabelText::from(limit),
                 decision,
             })
             .inc();
@@ -490,5 +519,26 @@ mod tests {
             assert!(text.contains(line), "{line} missing from:\n{text}");
         }
         assert!(!text.contains(r#"decision="denied""#), "{text}");
+    }
+
+    #[test]
+    fn names_with_quotes_backslashes_or_newlines_are_escaped_in_label_values() {
+        let metrics = Metrics::new();
+        let route = metrics.route("say \"hi\"\\now\nplease");
+        metrics.observe_request(Some(&route), 200, Duration::ZERO);
+        metrics.limit_counters("per\"key").allowed.inc();
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"rlp_requests_total{route="say \"hi\"\\now\nplease",code="200"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"rlp_limit_decisions_total{limit="per\"key",decision="allowed"} 1"#),
+            "{text}"
+        );
+        // Every sample line stays one line with its label block closed.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(line.contains("} ") || !line.contains('{'), "{line}");
+        }
     }
 }

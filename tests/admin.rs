@@ -42,6 +42,28 @@ fn metric(text: &str, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Names are free text in the config; the exposition must stay parseable whatever they hold.
+#[tokio::test]
+async fn names_with_quotes_and_backslashes_are_escaped_in_metrics() {
+    let upstream = TestUpstream::ok("ok").await;
+    let named = config(&upstream)
+        .replace(r#"name = "api""#, r#"name = "the \"api\"""#)
+        .replace(r#"upstream = "api""#, r#"upstream = "the \"api\"""#)
+        .replace(r#"name = "default""#, r#"name = "C:\\default\nroute""#);
+    let (gateway, _) = TestGateway::start_in_dir("admin-escaped", &[], &named).await;
+    assert_eq!(get(&gateway.url("/app")).await.0.status(), StatusCode::OK);
+    let admin = format!("http://{}", gateway.admin_addr.unwrap());
+    let (_, body) = get(&format!("{admin}/metrics")).await;
+    let text = String::from_utf8(body.to_vec()).unwrap();
+    let requests = r#"rlp_requests_total{route="C:\\default\nroute",code="200"}"#;
+    assert_eq!(metric(&text, requests), 1.0, "{text}");
+    let answered = r#"rlp_upstream_requests_total{upstream="the \"api\"",code="200"}"#;
+    assert_eq!(metric(&text, answered), 1.0, "{text}");
+    for line in text.lines().filter(|line| line.contains('{')) {
+        assert!(line.contains("} "), "a label block left open: {line}");
+    }
+}
+
 #[tokio::test]
 async fn metrics_count_exactly_the_requests_sent_per_decision() {
     let upstream = TestUpstream::ok("ok").await;

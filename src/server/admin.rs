@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::reload::Generation;
-use crate::metrics::{Metrics, UpstreamServerLabels};
+use crate::metrics::{LabelText, Metrics, UpstreamServerLabels};
 use crate::proxy::Runtime;
 
 #[derive(Clone)]
@@ -100,8 +100,8 @@ fn refresh_gauges(state: &AdminState) {
     for pool in &runtime.upstreams {
         for (index, server) in pool.servers.iter().enumerate() {
             let labels = UpstreamServerLabels {
-                upstream: pool.name.clone(),
-                server: server.label.clone(),
+                upstream: LabelText::from(&*pool.name),
+                server: LabelText::from(&*server.label),
             };
             state
                 .metrics
