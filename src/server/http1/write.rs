@@ -53,13 +53,20 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
     encode_head(out, &parts, body.added(), length, keep_alive);
     // The bytes still owed under a Content-Length; None when chunked.
     let mut left = match length {
-        Length::None => return flush(io, out).await,
+        Length::None => {
+            drop(body);
+            return flush(io, out).await;
+        }
         Length::Exactly(n) => Some(n),
         Length::Chunked => None,
     };
     while let Some(data) = next_data(io, out, &mut body).await? {
         push_data(io, out, data, &mut left).await?;
     }
+    // A finished body lets go of its route slot and in-flight count before the response's
+    // last bytes go out, as under hyper: a client that sends its next request at once must
+    // not find the slot still taken, nor a scrape count the request in flight.
+    drop(body);
     match left {
         Some(0) => {}
         Some(_) => return Err(WriteError::Length),
@@ -291,5 +298,72 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("content-length") && !text.contains("connection"));
+    }
+
+    /// Records what the in-flight gauge said at each write.
+    struct Recorder {
+        bytes: Vec<u8>,
+        in_flight_at_writes: Vec<i64>,
+        in_flight: prometheus_client::metrics::gauge::Gauge,
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            let now = self.in_flight.get();
+            self.in_flight_at_writes.push(now);
+            self.bytes.extend_from_slice(buf);
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_request_leaves_in_flight_before_its_last_bytes_are_written() {
+        use crate::metrics::{LabelText, Metrics, RouteLabel};
+        let metrics = Metrics::new();
+        let route = metrics.route("r");
+        let label = RouteLabel {
+            route: LabelText::from("r"),
+        };
+        for (status, body) in [(StatusCode::OK, "ok"), (StatusCode::NO_CONTENT, "")] {
+            let body = ResponseBody::generated(Bytes::from(body)).holding(None, route.enter());
+            let mut response = Response::new(body);
+            *response.status_mut() = status;
+            let mut io = Recorder {
+                bytes: Vec::new(),
+                in_flight_at_writes: Vec::new(),
+                in_flight: metrics.in_flight.get_or_create(&label).clone(),
+            };
+            write_response(&mut io, &mut Vec::new(), response, true)
+                .await
+                .unwrap();
+            assert_eq!(io.in_flight_at_writes.last(), Some(&0), "{status}");
+            assert!(io.bytes.ends_with(body_end(status)), "{status}");
+        }
+    }
+
+    fn body_end(status: StatusCode) -> &'static [u8] {
+        if status == StatusCode::OK {
+            b"\r\n\r\nok"
+        } else {
+            b"\r\n\r\n"
+        }
     }
 }
