@@ -123,7 +123,7 @@ pub(crate) fn encode_head(
     buf.extend_from_slice(b"\r\n");
 }
 
-pub(super) fn encode_field(buf: &mut Vec<u8>, name: &str, value: &[u8]) {
+pub(crate) fn encode_field(buf: &mut Vec<u8>, name: &str, value: &[u8]) {
     buf.reserve(name.len() + value.len() + 4);
     buf.extend_from_slice(name.as_bytes());
     buf.extend_from_slice(b": ");

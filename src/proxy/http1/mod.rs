@@ -31,8 +31,8 @@ pub(crate) use head::encode_head;
 pub use stream::{Stream, Upgraded};
 
 use body::decode;
-pub(crate) use head::hex;
-use head::{encode_field, parse_head};
+use head::parse_head;
+pub(crate) use head::{encode_field, hex};
 
 /// Longest response head (status line and fields), and longest trailer section, accepted.
 const MAX_HEAD_BYTES: usize = 64 * 1024;

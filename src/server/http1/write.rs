@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::added_fields::AddedFields;
-use crate::proxy::http1::hex;
+use crate::proxy::http1::{encode_field, hex};
 use crate::respond::ResponseBody;
 
 /// A response's bytes are gathered up to this much before a write.
@@ -185,40 +185,35 @@ fn encode_head(
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
     for (name, value) in headers {
-        let framing = name == CONTENT_LENGTH || name == TRANSFER_ENCODING;
-        if (framing && length != Length::None) || name == CONNECTION || added.replaces(name) {
-            continue;
+        // The framing is written below, `Connection` by this server; a bodiless status keeps
+        // a Content-Length (a 304's describes what it stands for) except a 204.
+        let kept = if name == TRANSFER_ENCODING || name == CONNECTION {
+            false
+        } else if name == CONTENT_LENGTH {
+            length == Length::None && status != StatusCode::NO_CONTENT
+        } else {
+            !added.replaces(name)
+        };
+        if kept {
+            encode_field(out, name.as_str(), value.as_bytes());
         }
-        if name == TRANSFER_ENCODING || (name == CONTENT_LENGTH && status == StatusCode::NO_CONTENT)
-        {
-            continue;
-        }
-        field(out, name.as_str().as_bytes(), value.as_bytes());
     }
     match length {
-        Length::Exactly(n) => field(
+        Length::Exactly(n) => encode_field(
             out,
-            b"content-length",
+            "content-length",
             itoa::Buffer::new().format(n).as_bytes(),
         ),
-        Length::Chunked => field(out, b"transfer-encoding", b"chunked"),
+        Length::Chunked => encode_field(out, "transfer-encoding", b"chunked"),
         Length::None => {}
     }
     out.extend_from_slice(added.lines());
     if !headers.contains_key(http::header::DATE) {
-        date::with_now(|date| field(out, b"date", date));
+        date::with_now(|date| encode_field(out, "date", date));
     }
     if !keep_alive {
-        field(out, b"connection", b"close");
+        encode_field(out, "connection", b"close");
     }
-    out.extend_from_slice(b"\r\n");
-}
-
-fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.reserve(name.len() + value.len() + 4);
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
     out.extend_from_slice(b"\r\n");
 }
 
