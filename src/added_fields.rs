@@ -8,10 +8,7 @@
 
 use std::ops::Range;
 
-use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderName, HeaderValue};
-
-use crate::request_id::X_REQUEST_ID;
 
 /// A field the gateway adds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,27 +25,24 @@ pub enum Added {
 const COUNT: usize = 7;
 
 impl Added {
-    pub const fn name(self) -> HeaderName {
-        match self {
-            Added::RequestId => X_REQUEST_ID,
-            Added::RetryAfter => RETRY_AFTER,
-            Added::XRateLimitLimit => HeaderName::from_static("x-ratelimit-limit"),
-            Added::XRateLimitRemaining => HeaderName::from_static("x-ratelimit-remaining"),
-            Added::XRateLimitReset => HeaderName::from_static("x-ratelimit-reset"),
-            Added::RateLimitPolicy => HeaderName::from_static("ratelimit-policy"),
-            Added::RateLimit => HeaderName::from_static("ratelimit"),
-        }
+    /// For hyper's path, where the fields go into the header map.
+    pub fn name(self) -> HeaderName {
+        HeaderName::from_static(self.name_text())
     }
 
     fn name_bytes(self) -> &'static [u8] {
+        self.name_text().as_bytes()
+    }
+
+    fn name_text(self) -> &'static str {
         match self {
-            Added::RequestId => b"x-request-id",
-            Added::RetryAfter => b"retry-after",
-            Added::XRateLimitLimit => b"x-ratelimit-limit",
-            Added::XRateLimitRemaining => b"x-ratelimit-remaining",
-            Added::XRateLimitReset => b"x-ratelimit-reset",
-            Added::RateLimitPolicy => b"ratelimit-policy",
-            Added::RateLimit => b"ratelimit",
+            Added::RequestId => "x-request-id",
+            Added::RetryAfter => "retry-after",
+            Added::XRateLimitLimit => "x-ratelimit-limit",
+            Added::XRateLimitRemaining => "x-ratelimit-remaining",
+            Added::XRateLimitReset => "x-ratelimit-reset",
+            Added::RateLimitPolicy => "ratelimit-policy",
+            Added::RateLimit => "ratelimit",
         }
     }
 
@@ -183,6 +177,8 @@ fn is_control(byte: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request_id::X_REQUEST_ID;
+    use http::header::RETRY_AFTER;
 
     #[test]
     fn fields_are_head_lines_and_replace_the_upstreams() {
@@ -222,6 +218,15 @@ mod tests {
         assert_eq!(headers["retry-after"], "5");
         assert_eq!(headers["other"], "kept");
         assert!(added.lines().is_empty());
+    }
+
+    #[test]
+    fn each_field_is_named_as_the_gateway_names_it_elsewhere() {
+        for field in Added::ALL {
+            assert_eq!(field.name().as_str().as_bytes(), field.name_bytes());
+        }
+        assert_eq!(Added::RequestId.name(), X_REQUEST_ID);
+        assert_eq!(Added::RetryAfter.name(), RETRY_AFTER);
     }
 
     proptest::proptest! {
