@@ -330,25 +330,12 @@ async fn a_malformed_head_gets_hyper_s_400_and_connection_close_is_honoured() {
     let upstream = TestUpstream::ok("ok").await;
     let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
 
-    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nno colon here\r\n\r\n")
-        .await
-        .unwrap();
-    let mut text = String::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_string(&mut text));
-    read.await.expect("closed within 10 s").unwrap();
+    let malformed = b"GET / HTTP/1.1\r\nHost: t\r\nno colon here\r\n\r\n";
+    let text = exchange_until_closed(gateway.addr, malformed).await;
     assert!(text.starts_with("HTTP/1.1 400"), "{text}");
 
-    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut bytes = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut bytes));
-    read.await.expect("closed within 10 s").unwrap();
-    let text = String::from_utf8_lossy(&bytes);
+    let closing = b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let text = exchange_until_closed(gateway.addr, closing).await;
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.ends_with("\r\n\r\nok"), "{text}");
 }

@@ -272,13 +272,7 @@ async fn a_request_without_host_reaches_the_upstream_with_the_servers_authority(
     })
     .await;
     let gateway = gateway_for(&upstream.url()).await;
-    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    stream
-        .write_all(b"GET /old HTTP/1.0\r\n\r\n")
-        .await
-        .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.unwrap();
+    let answer = exchange_until_closed(gateway.addr, b"GET /old HTTP/1.0\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.0 200"), "{answer}");
     assert!(answer.ends_with(&upstream.addr.to_string()), "{answer}");
 }

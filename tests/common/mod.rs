@@ -272,6 +272,18 @@ pub async fn send(request: Request<TestBody>) -> (Response<()>, Bytes) {
     (Response::from_parts(parts, ()), bytes)
 }
 
+/// Sends `bytes` as they are on a new connection to `addr` and reads until the gateway
+/// closes it (within 10 s): for requests no HTTP client would send, or answers read raw.
+pub async fn exchange_until_closed(addr: SocketAddr, bytes: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer));
+    read.await.expect("closed within 10 s").unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
 pub async fn get(url: &str) -> (Response<()>, Bytes) {
     send(Request::get(url).body(empty()).unwrap()).await
 }
