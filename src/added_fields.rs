@@ -133,8 +133,9 @@ impl AddedFields {
         &self.lines
     }
 
-    /// The value of `field`, if added.
-    pub fn get(&self, field: Added) -> Option<&[u8]> {
+    /// The value of `field`, if added (for tests: heads are written from `lines`).
+    #[cfg(test)]
+    fn get(&self, field: Added) -> Option<&[u8]> {
         let (_, _, value) = self.entries().find(|(f, _, _)| *f == field)?;
         Some(&self.lines[value])
     }
