@@ -34,6 +34,22 @@ impl Added {
         self.name_text().as_bytes()
     }
 
+    /// The field named `name`, in any case. Asked for every field of every response: most
+    /// names are told apart by their first byte.
+    pub fn named(name: &[u8]) -> Option<Added> {
+        if !matches!(name.first(), Some(b'x' | b'X' | b'r' | b'R')) {
+            return None;
+        }
+        Added::ALL
+            .into_iter()
+            .find(|field| name.eq_ignore_ascii_case(field.name_bytes()))
+    }
+
+    /// This field's bit in a set of fields (`AddedFields::present`, `UpstreamFields`).
+    pub(crate) fn bit(self) -> u8 {
+        1 << self as u8
+    }
+
     fn name_text(self) -> &'static str {
         match self {
             Added::RequestId => "x-request-id",
@@ -88,7 +104,7 @@ impl AddedFields {
             return;
         }
         self.lines.extend_from_slice(b"\r\n");
-        self.present |= 1 << field as u8;
+        self.present |= field.bit();
     }
 
     /// Adds `field` with `value` as it is.
@@ -97,7 +113,12 @@ impl AddedFields {
     }
 
     fn has(&self, field: Added) -> bool {
-        self.present & (1 << field as u8) != 0
+        self.present & field.bit() != 0
+    }
+
+    /// True when any field of the set `fields` (a bit each, see `Added::bit`) is added here.
+    pub(crate) fn has_any(&self, fields: u8) -> bool {
+        self.present & fields != 0
     }
 
     /// Each line's field, the line's range and the value's.
@@ -125,7 +146,7 @@ impl AddedFields {
         if let Some(line) = line {
             self.lines.drain(line);
         }
-        self.present &= !(1 << field as u8);
+        self.present &= !field.bit();
     }
 
     /// The lines, for a head being written.
@@ -140,17 +161,10 @@ impl AddedFields {
         Some(&self.lines[value])
     }
 
-    /// True when `name` is a field added here, which the upstream's field of that name yields
-    /// to. Asked for every field of every response: most names are told apart by their first
-    /// byte.
-    pub fn replaces(&self, name: &HeaderName) -> bool {
-        let name = name.as_str().as_bytes();
-        if self.present == 0 || !matches!(name.first(), Some(b'x' | b'r')) {
-            return false;
-        }
-        Added::ALL
-            .iter()
-            .any(|&field| self.has(field) && name == field.name_bytes())
+    /// True when `name` (in any case) is a field added here, which the upstream's field of
+    /// that name yields to.
+    pub fn replaces(&self, name: &[u8]) -> bool {
+        self.present != 0 && Added::named(name).is_some_and(|field| self.has(field))
     }
 
     /// Moves the fields into `headers`, replacing those of the same names.
@@ -199,10 +213,14 @@ mod tests {
         added.add_value(Added::XRateLimitLimit, b"");
         added.add_value(Added::XRateLimitReset, b"del\x7f");
         assert_eq!(added.lines(), b"x-request-id: abc\r\nretry-after: 5\r\n");
-        assert!(added.replaces(&X_REQUEST_ID));
-        assert!(!added.replaces(&Added::RateLimit.name()));
-        assert!(!added.replaces(&http::header::CONTENT_TYPE));
-        assert!(added.replaces(&RETRY_AFTER));
+        assert!(added.replaces(X_REQUEST_ID.as_str().as_bytes()));
+        assert!(added.replaces(b"X-Request-ID"));
+        assert!(!added.replaces(b"x-request-i"));
+        assert!(!added.replaces(Added::RateLimit.name_bytes()));
+        assert!(!added.replaces(b"content-type"));
+        assert!(added.replaces(RETRY_AFTER.as_str().as_bytes()));
+        assert!(added.has_any(Added::RetryAfter.bit() | Added::RateLimit.bit()));
+        assert!(!added.has_any(Added::RateLimit.bit()));
 
         // Added again: the first is replaced, the others keep their values.
         added.add_value(Added::RequestId, b"xyz");
@@ -225,7 +243,12 @@ mod tests {
     fn each_field_is_named_as_the_gateway_names_it_elsewhere() {
         for field in Added::ALL {
             assert_eq!(field.name().as_str().as_bytes(), field.name_bytes());
+            assert_eq!(Added::named(field.name_bytes()), Some(field));
+            let shouted = field.name_text().to_ascii_uppercase();
+            assert_eq!(Added::named(shouted.as_bytes()), Some(field));
         }
+        assert_eq!(Added::named(b"ratelimits"), None);
+        assert_eq!(Added::named(b""), None);
         assert_eq!(Added::RequestId.name(), X_REQUEST_ID);
         assert_eq!(Added::RetryAfter.name(), RETRY_AFTER);
     }

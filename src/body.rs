@@ -14,6 +14,7 @@ use http_body_util::{Either, Full};
 use crate::added_fields::AddedFields;
 use crate::metrics::InFlightGauge;
 use crate::route::InFlightSlot;
+use crate::upstream_fields::UpstreamFields;
 
 pub struct ResponseBody {
     inner: Either<PooledBody, Full<Bytes>>,
@@ -51,10 +52,21 @@ impl ResponseBody {
         &mut self.added
     }
 
-    /// The response with its added fields moved into its header map, for a server that
-    /// writes heads from the map alone (hyper).
-    pub fn with_added_in_headers(response: Response<ResponseBody>) -> Response<ResponseBody> {
+    /// An upstream response's fields, which its header map does not hold.
+    pub fn upstream_fields(&self) -> Option<&UpstreamFields> {
+        match &self.inner {
+            Either::Left(upstream) => Some(upstream.fields()),
+            Either::Right(_) => None,
+        }
+    }
+
+    /// The response with its upstream's fields, then its added ones, moved into its header
+    /// map, for a server that writes heads from the map alone (hyper).
+    pub fn with_fields_in_headers(response: Response<ResponseBody>) -> Response<ResponseBody> {
         let (mut parts, mut body) = response.into_parts();
+        if let Either::Left(upstream) = &mut body.inner {
+            upstream.fields_mut().move_into(&mut parts.headers);
+        }
         body.added.move_into(&mut parts.headers);
         Response::from_parts(parts, body)
     }

@@ -19,6 +19,7 @@ pub mod route;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod upstream_fields;
 pub mod worker;
 
 use std::future::Future;

@@ -490,7 +490,7 @@ mod tests {
         let style = ResponseStyle::default();
         let response = rate_limited(&denial, &style, &HeaderValue::from_static("id"));
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
-        let response = ResponseBody::with_added_in_headers(response);
+        let response = ResponseBody::with_fields_in_headers(response);
         let h = response.headers();
         assert_eq!(h["retry-after"], "5");
         assert_eq!(h["x-ratelimit-limit"], "100");
@@ -509,7 +509,7 @@ mod tests {
             ..ResponseStyle::default()
         };
         let response = rate_limited(&denial, &only_ietf, &HeaderValue::from_static("id"));
-        let response = ResponseBody::with_added_in_headers(response);
+        let response = ResponseBody::with_fields_in_headers(response);
         assert!(response.headers().get("x-ratelimit-limit").is_none());
         assert!(response.headers().contains_key("ratelimit"));
     }

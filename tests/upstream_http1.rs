@@ -476,3 +476,83 @@ async fn a_pooled_connection_closed_halfway_through_an_answer_is_not_retried() {
     assert_eq!(upstream.accepted(), 1);
     assert_eq!(upstream.received().len(), 2);
 }
+
+/// The end-to-end fields of `answer` (lowercased), in order, less the gateway's own.
+fn end_to_end_fields(answer: &str) -> Vec<String> {
+    answer
+        .lines()
+        .skip(1)
+        .take_while(|line| !line.is_empty())
+        .map(str::to_ascii_lowercase)
+        .filter(|line| !line.starts_with("x-request-id:"))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_answers_end_to_end_fields_reach_the_client_through_either_server_and_h2() {
+    let upstream = ScriptedUpstream::start(|_| {
+        Answer::Send(bytes(
+            "HTTP/1.1 200 OK\r\nConnection: X-Hop, keep-alive\r\nX-Hop: 1\r\n\
+             Keep-Alive: timeout=5\r\nProxy-Foo: a\r\nDate: Mon, 30 Nov 2026 10:00:00 GMT\r\n\
+             X-Request-Id: upstream\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Empty:\r\n\
+             Content-Length: 2\r\n\r\nok",
+        ))
+    })
+    .await;
+    let gateway = gateway_for(&upstream).await;
+    // The first request is the gateway's own server's; the second, asking to close, is
+    // handed to hyper with the connection.
+    let raw = exchange_until_closed(
+        gateway.addr,
+        b"GET /own HTTP/1.1\r\nhost: a\r\nx-request-id: client-1\r\n\r\n\
+          GET /hyper HTTP/1.1\r\nhost: a\r\nx-request-id: client-2\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let (own, by_hyper) = raw.split_at(raw.rfind("HTTP/1.1 200").expect("two answers"));
+    // The own server passes names on as the upstream spelled them.
+    assert!(
+        own.contains("\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\n"),
+        "{own}"
+    );
+    assert!(own.contains("\r\nx-request-id: client-1\r\n"), "{own}");
+    assert!(
+        by_hyper.contains("\r\nx-request-id: client-2\r\n"),
+        "{by_hyper}"
+    );
+    let expected = [
+        "date: mon, 30 nov 2026 10:00:00 gmt",
+        "set-cookie: a=1",
+        "set-cookie: b=2",
+        "x-empty: ",
+        "content-length: 2",
+    ];
+    let mut own_fields = end_to_end_fields(own);
+    own_fields.sort();
+    let mut hyper_fields = end_to_end_fields(by_hyper);
+    hyper_fields.retain(|line| line != "connection: close");
+    hyper_fields.sort();
+    let mut expected = expected.map(String::from).to_vec();
+    expected.sort();
+    assert_eq!(own_fields, expected, "{own}");
+    assert_eq!(hyper_fields, expected, "{by_hyper}");
+    assert!(
+        own.ends_with("\r\n\r\nok") && by_hyper.ends_with("\r\n\r\nok"),
+        "{raw}"
+    );
+
+    let mut h2 = h2c_sender(gateway.addr).await;
+    let response = h2
+        .send_request(Request::get(gateway.url("/h2")).body(empty()).unwrap())
+        .await
+        .unwrap();
+    let headers = response.headers();
+    let cookies: Vec<_> = headers.get_all("set-cookie").iter().collect();
+    assert_eq!(cookies, ["a=1", "b=2"]);
+    assert_eq!(headers["date"], "Mon, 30 Nov 2026 10:00:00 GMT");
+    assert_ne!(headers["x-request-id"], "upstream");
+    for gone in ["x-hop", "keep-alive", "proxy-foo", "connection"] {
+        assert!(!headers.contains_key(gone), "{gone} reached the h2 client");
+    }
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..], b"ok");
+}

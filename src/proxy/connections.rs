@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use super::headers::SetFields;
 use super::http1::{Connection, ExchangeError, Framing, ResponseHead, Stream, Upgraded};
 use super::upstream::{UpstreamBody, UpstreamPool};
+use crate::upstream_fields::UpstreamFields;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -238,11 +239,13 @@ fn pooled(
 ) -> Response<PooledBody> {
     let ResponseHead {
         response,
+        fields,
         framing,
         keep_alive,
     } = head;
     let mut body = PooledBody {
         connection: Some(connection),
+        fields,
         framing,
         idle: keep_alive.then(|| idle.clone()),
     };
@@ -255,12 +258,22 @@ fn pooled(
 /// An upstream response body that gives its connection back once read to the end.
 pub struct PooledBody {
     connection: Option<Box<Connection>>,
+    /// The response's fields, which its head's header map does not hold.
+    fields: UpstreamFields,
     framing: Framing,
     /// Where the connection goes after the body; `None` when it must close.
     idle: Option<Arc<IdleList>>,
 }
 
 impl PooledBody {
+    pub fn fields(&self) -> &UpstreamFields {
+        &self.fields
+    }
+
+    pub fn fields_mut(&mut self) -> &mut UpstreamFields {
+        &mut self.fields
+    }
+
     /// The connection of a 101 answer, for the tunnel.
     pub fn take_upgraded(&mut self) -> Option<Upgraded> {
         if self.framing != Framing::Upgraded {

@@ -6,7 +6,7 @@ use futures_util::FutureExt;
 use futures_util::future::Either as FutureEither;
 use http::header::UPGRADE;
 use http::uri::PathAndQuery;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri, Version};
+use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Empty};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
@@ -135,28 +135,17 @@ fn send(
         })
 }
 
-/// The upstream response as the client gets it; a 101 starts the tunnel.
+/// The upstream response as the client gets it (its hop-by-hop fields were left out as its
+/// head was read); a 101 starts the tunnel.
 fn client_response(
     mut response: Response<PooledBody>,
     client_upgrade: Option<OnUpgrade>,
 ) -> Response<ResponseBody> {
-    match client_upgrade {
-        Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
-            let upstream = response.body_mut().take_upgraded();
-            let protocol = response.headers().get(UPGRADE).cloned();
-            headers::strip_hop_by_hop(response.headers_mut());
-            if let Some(protocol) = protocol {
-                response.headers_mut().insert(
-                    http::header::CONNECTION,
-                    HeaderValue::from_static("upgrade"),
-                );
-                response.headers_mut().insert(UPGRADE, protocol);
-            }
-            if let Some(upstream) = upstream {
-                tokio::spawn(tunnel(client, upstream));
-            }
-        }
-        _ => headers::strip_hop_by_hop(response.headers_mut()),
+    if let Some(client) = client_upgrade
+        && response.status() == StatusCode::SWITCHING_PROTOCOLS
+        && let Some(upstream) = response.body_mut().take_upgraded()
+    {
+        tokio::spawn(tunnel(client, upstream));
     }
     response.map(ResponseBody::upstream)
 }

@@ -155,7 +155,7 @@ pub async fn serve<S>(
         let request = request.map(Either::Left);
         proxy::handle(runtime.load_full(), client.clone(), request).map(move |response| {
             drop(answering);
-            Ok::<_, Infallible>(ResponseBody::with_added_in_headers(response))
+            Ok::<_, Infallible>(ResponseBody::with_fields_in_headers(response))
         })
     });
     let connection = settings

@@ -2,22 +2,22 @@
 //! response's body is delimited (RFC 9112 §6).
 
 use std::mem::MaybeUninit;
-use std::ops::Range;
 
-use bytes::BytesMut;
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use bytes::{Buf, BytesMut};
+use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 use http::request::Parts;
-use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode, Version};
-use smallvec::SmallVec;
+use http::{Response, StatusCode, Version};
 
 use super::body::{Chunk, Framing};
+use super::fields::ReadFields;
 use super::{ExchangeError, MAX_HEAD_BYTES, ResponseHead};
-use crate::proxy::headers::{SetFields, connection_has};
+use crate::proxy::headers::SetFields;
 
 /// Most fields in one response head.
 const MAX_HEADERS: usize = 128;
 
-/// The response head at the start of `buf`, split off it once complete.
+/// The response head at the start of `buf`, taken off it once complete. Its end-to-end
+/// fields are copied out as head lines (`UpstreamFields`), with no header map.
 pub(super) fn parse_head(
     buf: &mut BytesMut,
     head_request: bool,
@@ -45,40 +45,35 @@ pub(super) fn parse_head(
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
     };
-    // Names now, values as slices of the head once it is split off the buffer (no copy).
-    let base = buf.as_ptr() as usize;
-    let mut names: SmallVec<[(HeaderName, Range<usize>); 24]> = SmallVec::new();
-    for field in parsed.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes())
-            .map_err(|_| ExchangeError::Framing("invalid field name"))?;
-        // httparse hands out slices of the buffer; anything else is refused, not trusted.
-        let start = (field.value.as_ptr() as usize).wrapping_sub(base);
-        let end = start
-            .checked_add(field.value.len())
-            .filter(|&end| end <= length)
-            .ok_or(ExchangeError::Framing("field value outside the head"))?;
-        names.push((name, start..end));
-    }
-    let head = buf.split_to(length).freeze();
-    // Room for what the gateway adds (request id, rate-limit fields) without a regrow.
-    let mut headers = HeaderMap::with_capacity(names.len() + 6);
-    for (name, range) in names {
-        let value = HeaderValue::from_maybe_shared(head.slice(range))
-            .map_err(|_| ExchangeError::Framing("invalid field value"))?;
-        headers.append(name, value);
-    }
-    let keep_alive = keeps_alive(version, &headers);
-    let framing = response_framing(status, head_request, &mut headers)?;
-    let keep_alive = keep_alive && !matches!(framing, Framing::UntilClose | Framing::Upgraded);
     let mut response = Response::new(());
     *response.status_mut() = status;
     *response.version_mut() = version;
-    *response.headers_mut() = headers;
-    Ok(Some(ResponseHead {
+    let head = read_fields(response, parsed.headers, head_request, length)?;
+    buf.advance(length);
+    Ok(Some(head))
+}
+
+/// The head of `response` with `fields`, which fill a head of `head_length` bytes.
+fn read_fields(
+    response: Response<()>,
+    fields: &[httparse::Header<'_>],
+    head_request: bool,
+    head_length: usize,
+) -> Result<ResponseHead, ExchangeError> {
+    let read = ReadFields::of(response.status(), fields, head_length);
+    let framing = response_framing(response.status(), head_request, &read)?;
+    let keep_alive = read.connection.keeps_alive(response.version())
+        && !matches!(framing, Framing::UntilClose | Framing::Upgraded);
+    let mut kept = read.kept;
+    if read.transfer_coding.is_none() {
+        kept.set_content_length(read.content_length.ok().flatten());
+    }
+    Ok(ResponseHead {
         response,
+        fields: kept,
         framing,
         keep_alive,
-    }))
+    })
 }
 
 /// Writes the request line, the request's fields less those `set` replaces, then `set`'s.
@@ -144,21 +139,12 @@ pub(crate) fn hex(mut n: usize, out: &mut [u8; 16]) -> &[u8] {
     }
 }
 
-/// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 only when asked to keep it.
-fn keeps_alive(version: Version, headers: &HeaderMap) -> bool {
-    if version == Version::HTTP_10 {
-        connection_has(headers, "keep-alive")
-    } else {
-        !headers.contains_key(CONNECTION) || !connection_has(headers, "close")
-    }
-}
-
-/// How the body of a response is delimited (RFC 9112 §6.3). A response with both
-/// Transfer-Encoding and Content-Length loses the latter, as the client must not see both.
+/// How the body of a response is delimited (RFC 9112 §6.3). Transfer-Encoding wins over
+/// Content-Length, which the client then does not see.
 fn response_framing(
     status: StatusCode,
     head_request: bool,
-    headers: &mut HeaderMap,
+    read: &ReadFields<'_>,
 ) -> Result<Framing, ExchangeError> {
     if status == StatusCode::SWITCHING_PROTOCOLS {
         return Ok(Framing::Upgraded);
@@ -170,35 +156,14 @@ fn response_framing(
     {
         return Ok(Framing::Done);
     }
-    if headers.contains_key(TRANSFER_ENCODING) {
-        headers.remove(CONTENT_LENGTH);
-        let last_coding = headers
-            .get_all(TRANSFER_ENCODING)
-            .iter()
-            .next_back()
-            .and_then(|value| value.to_str().ok())
-            .and_then(|list| list.rsplit(',').next())
-            .map(str::trim);
-        return Ok(match last_coding {
-            Some(coding) if coding.eq_ignore_ascii_case("chunked") => Framing::Chunked(Chunk::Size),
-            _ => Framing::UntilClose,
+    if let Some(coding) = read.transfer_coding {
+        return Ok(if coding.eq_ignore_ascii_case(b"chunked") {
+            Framing::Chunked(Chunk::Size)
+        } else {
+            Framing::UntilClose
         });
     }
-    let mut length = None;
-    for value in headers.get_all(CONTENT_LENGTH) {
-        let text = value
-            .to_str()
-            .map_err(|_| ExchangeError::Framing("invalid Content-Length"))?;
-        for item in text.split(',') {
-            let n = parse_decimal(item.trim())
-                .ok_or(ExchangeError::Framing("invalid Content-Length"))?;
-            if length.is_some_and(|seen| seen != n) {
-                return Err(ExchangeError::Framing("conflicting Content-Length values"));
-            }
-            length = Some(n);
-        }
-    }
-    Ok(match length {
+    Ok(match read.content_length.map_err(ExchangeError::Framing)? {
         Some(0) => Framing::Done,
         Some(n) => Framing::Length(n),
         None => Framing::UntilClose,
@@ -206,11 +171,13 @@ fn response_framing(
 }
 
 /// Digits only (no sign, no spaces), at most 18 of them so the value cannot overflow.
-fn parse_decimal(text: &str) -> Option<u64> {
-    if text.is_empty() || text.len() > 18 || !text.bytes().all(|b| b.is_ascii_digit()) {
+pub(super) fn parse_decimal(text: &[u8]) -> Option<u64> {
+    if text.is_empty() || text.len() > 18 {
         return None;
     }
-    text.parse().ok()
+    text.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+    })
 }
 
 #[cfg(test)]
@@ -266,8 +233,8 @@ mod tests {
     fn a_valid_response_with_an_empty_field_reads_whole() {
         let mut buf = BytesMut::from(VALID);
         let head = parse_head(&mut buf, false).unwrap().unwrap();
-        assert_eq!(head.response.headers()["x-empty"], "");
-        assert_eq!(head.response.headers()["x-list"], "a, b");
+        let fields: Vec<_> = head.fields.iter().collect();
+        assert_eq!(fields, [(&b"x-empty"[..], &b""[..]), (b"x-list", b"a, b")]);
         assert!(head.keep_alive);
         assert_eq!(read_response(VALID, false).unwrap().unwrap(), b"body");
         // A head split anywhere is simply not complete yet.
@@ -280,23 +247,28 @@ mod tests {
         }
     }
 
+    /// The head of a response with `status_line` and `fields`, as parsed.
+    fn head_of(
+        status_line: &str,
+        head_request: bool,
+        fields: &[(&str, &str)],
+    ) -> Result<ResponseHead, ExchangeError> {
+        let mut wire = format!("{status_line}\r\n");
+        for (name, value) in fields {
+            wire.push_str(&format!("{name}: {value}\r\n"));
+        }
+        wire.push_str("\r\n");
+        let head = parse_head(&mut BytesMut::from(wire.as_bytes()), head_request)?;
+        Ok(head.expect("a whole head"))
+    }
+
     fn framing_of(
         status: u16,
         head_request: bool,
         fields: &[(&str, &str)],
     ) -> Result<Framing, ExchangeError> {
-        let mut headers = HeaderMap::new();
-        for (name, value) in fields {
-            headers.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        response_framing(
-            StatusCode::from_u16(status).unwrap(),
-            head_request,
-            &mut headers,
-        )
+        let line = format!("HTTP/1.1 {status} Whatever");
+        head_of(&line, head_request, fields).map(|head| head.framing)
     }
 
     #[test]
@@ -361,21 +333,203 @@ mod tests {
 
     #[test]
     fn keep_alive_follows_the_version_and_the_connection_field() {
-        let with = |connection: Option<&str>| {
-            let mut headers = HeaderMap::new();
-            if let Some(value) = connection {
-                headers.insert(CONNECTION, HeaderValue::from_str(value).unwrap());
-            }
-            headers
+        let keeps = |version: &str, connection: &[&str]| {
+            let fields: Vec<_> = connection.iter().map(|v| ("Connection", *v)).collect();
+            let head = head_of(&format!("HTTP/{version} 204 No Content"), false, &fields);
+            head.unwrap().keep_alive
         };
-        assert!(keeps_alive(Version::HTTP_11, &with(None)));
-        assert!(!keeps_alive(Version::HTTP_11, &with(Some("Close"))));
-        assert!(!keeps_alive(
-            Version::HTTP_11,
-            &with(Some("x-trace, close"))
-        ));
-        assert!(!keeps_alive(Version::HTTP_10, &with(None)));
-        assert!(keeps_alive(Version::HTTP_10, &with(Some("keep-alive"))));
+        assert!(keeps("1.1", &[]));
+        assert!(!keeps("1.1", &["Close"]));
+        assert!(!keeps("1.1", &["x-trace, close"]));
+        assert!(!keeps("1.1", &["x-trace", "close"]));
+        assert!(keeps("1.1", &["closed"]));
+        assert!(!keeps("1.0", &[]));
+        assert!(keeps("1.0", &["Keep-Alive"]));
+        // A body that only the close ends leaves nothing to reuse.
+        let until_close = head_of("HTTP/1.1 200 OK", false, &[]).unwrap();
+        assert!(!until_close.keep_alive);
+    }
+
+    fn kept(head: &ResponseHead) -> Vec<(String, String)> {
+        let text = |bytes: &[u8]| String::from_utf8(bytes.to_vec()).unwrap();
+        head.fields
+            .iter()
+            .map(|(name, value)| (text(name), text(value)))
+            .collect()
+    }
+
+    #[test]
+    fn hop_by_hop_and_framing_fields_stay_behind_in_any_case() {
+        let head = head_of(
+            "HTTP/1.1 200 OK",
+            false,
+            &[
+                ("Content-Type", "text/plain"),
+                ("CONNECTION", "X-Hop, close"),
+                ("x-hop", "1"),
+                ("Keep-Alive", "timeout=5"),
+                ("Proxy-Authenticate", "Basic"),
+                ("TE", "trailers"),
+                ("Trailer", "x-sum"),
+                ("Upgrade", "h2c"),
+                ("Content-Length", "2"),
+                ("Set-Cookie", "a=1"),
+                ("set-cookie", "b=2"),
+                ("x-proxy", "kept"),
+            ],
+        )
+        .unwrap();
+        let expected = [
+            ("Content-Type", "text/plain"),
+            ("Set-Cookie", "a=1"),
+            ("set-cookie", "b=2"),
+            ("x-proxy", "kept"),
+        ];
+        let expected: Vec<_> = expected
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(kept(&head), expected);
+        assert_eq!(head.fields.content_length(), Some(2));
+        assert_eq!(head.framing, Framing::Length(2));
+        assert!(!head.keep_alive);
+    }
+
+    #[test]
+    fn content_length_is_passed_on_only_when_it_frames_nothing_else() {
+        let length = |status: &str, head_request, fields: &[(&str, &str)]| {
+            head_of(status, head_request, fields)
+                .unwrap()
+                .fields
+                .content_length()
+        };
+        let chunked = [("transfer-encoding", "chunked"), ("content-length", "9")];
+        assert_eq!(length("HTTP/1.1 200 OK", false, &chunked), None);
+        assert_eq!(
+            length("HTTP/1.1 200 OK", true, &[("content-length", "7")]),
+            Some(7)
+        );
+        let not_modified = "HTTP/1.1 304 Not Modified";
+        assert_eq!(
+            length(not_modified, false, &[("content-length", "7")]),
+            Some(7)
+        );
+        // Framing nothing, a bad length is not an error: it is left out.
+        assert_eq!(
+            length(not_modified, false, &[("content-length", "x")]),
+            None
+        );
+        assert_eq!(
+            length("HTTP/1.1 200 OK", true, &[("content-length", "1, 2")]),
+            None
+        );
+    }
+
+    #[test]
+    fn a_101_keeps_its_upgrade_and_says_connection_upgrade() {
+        let fields = [
+            ("Connection", "Upgrade"),
+            ("Upgrade", "websocket"),
+            ("x-a", "1"),
+        ];
+        let head = head_of("HTTP/1.1 101 Switching Protocols", false, &fields).unwrap();
+        let names: Vec<_> = kept(&head)
+            .into_iter()
+            .map(|(n, v)| format!("{n}: {v}"))
+            .collect();
+        assert_eq!(
+            names,
+            ["Upgrade: websocket", "x-a: 1", "connection: upgrade"]
+        );
+        assert_eq!(head.framing, Framing::Upgraded);
+        let head = head_of("HTTP/1.1 200 OK", false, &fields).unwrap();
+        assert_eq!(kept(&head), [("x-a".to_string(), "1".to_string())]);
+    }
+
+    #[test]
+    fn lines_ended_by_a_bare_lf_go_on_ended_by_crlf() {
+        let wire = b"HTTP/1.1 200 OK\nX-A:1\nx-b:  two  \ncontent-length: 0\n\n";
+        let head = parse_head(&mut BytesMut::from(&wire[..]), false)
+            .unwrap()
+            .unwrap();
+        let mut out = Vec::new();
+        head.fields
+            .write_lines(&mut out, &crate::added_fields::AddedFields::default());
+        assert_eq!(out, b"X-A: 1\r\nx-b: two\r\n");
+    }
+
+    /// A field of a generated head: names from the hop-by-hop and framing sets (in any case)
+    /// and others, values that may list names.
+    fn field() -> impl Strategy<Value = (String, String)> {
+        let name = prop_oneof![
+            Just("connection"),
+            Just("keep-alive"),
+            Just("te"),
+            Just("trailer"),
+            Just("upgrade"),
+            Just("transfer-encoding"),
+            Just("content-length"),
+            Just("proxy-x"),
+            Just("x-a"),
+            Just("x-b"),
+            Just("date"),
+            Just("x-request-id"),
+        ];
+        let case = any::<u64>();
+        let value = prop_oneof![
+            Just("x-a"),
+            Just("close"),
+            Just("X-B, keep-alive"),
+            Just("chunked"),
+            Just("5"),
+            Just(""),
+            Just("v"),
+        ];
+        (name, case, value).prop_map(|(name, case, value)| {
+            let name = name
+                .chars()
+                .enumerate()
+                .map(|(i, c)| {
+                    if case >> (i % 64) & 1 == 1 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            (name, value.to_string())
+        })
+    }
+
+    proptest! {
+        /// The fields kept are those the header map path kept: the map less
+        /// `strip_hop_by_hop`, Content-Length apart (passed on unless Transfer-Encoding
+        /// overrides it).
+        #[test]
+        fn the_fields_kept_are_those_a_header_map_stripped_of_hop_by_hop_keeps(
+            fields in prop::collection::vec(field(), 0..8),
+            status in prop_oneof![Just(200u16), Just(304)],
+        ) {
+            let pairs: Vec<_> = fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+            let Ok(mut head) = head_of(&format!("HTTP/1.1 {status} X"), false, &pairs) else {
+                return Ok(());
+            };
+            let mut ours = http::HeaderMap::new();
+            head.fields.move_into(&mut ours);
+            let mut map = http::HeaderMap::new();
+            for (name, value) in &pairs {
+                let name = http::HeaderName::from_bytes(name.as_bytes()).unwrap();
+                map.append(name, http::HeaderValue::from_str(value).unwrap());
+            }
+            let chunked = map.contains_key(TRANSFER_ENCODING);
+            crate::proxy::headers::strip_hop_by_hop(&mut map);
+            let declared = map.remove(CONTENT_LENGTH).filter(|_| !chunked);
+            let passed_on = ours.remove(CONTENT_LENGTH);
+            prop_assert_eq!(&ours, &map);
+            if passed_on.is_some() {
+                prop_assert_eq!(passed_on, declared);
+            }
+        }
     }
 
     #[test]
@@ -401,7 +555,7 @@ mod tests {
         );
         parts
             .headers
-            .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+            .insert(CONTENT_LENGTH, http::HeaderValue::from_static("0"));
         assert_eq!(
             head(&parts, None),
             "POST /v1/orders?id=7 HTTP/1.1\r\nhost: api\r\ncontent-length: 0\r\n\r\n"

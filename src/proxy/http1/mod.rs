@@ -21,8 +21,10 @@ use tokio::time::{Instant, Sleep};
 
 use super::headers::SetFields;
 use super::upstream::UpstreamBody;
+use crate::upstream_fields::UpstreamFields;
 
 mod body;
+mod fields;
 mod head;
 mod stream;
 
@@ -84,7 +86,9 @@ impl ExchangeError {
 
 /// The response head, and how its body is read.
 pub struct ResponseHead {
+    /// The status and version; its header map stays empty, the fields are in `fields`.
     pub response: Response<()>,
+    pub fields: UpstreamFields,
     pub framing: Framing,
     /// The connection may carry another request once the body is read.
     pub keep_alive: bool,

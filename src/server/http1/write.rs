@@ -13,6 +13,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use crate::added_fields::AddedFields;
 use crate::proxy::http1::{encode_field, hex};
 use crate::respond::ResponseBody;
+use crate::upstream_fields::UpstreamFields;
 
 /// A response's bytes are gathered up to this much before a write.
 const WRITE_BATCH: usize = 64 * 1024;
@@ -50,7 +51,12 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
     let length = body_length(parts.status, &parts.headers, &body);
     out.clear();
     out.reserve(1024);
-    encode_head(out, &parts, body.added(), length, keep_alive);
+    let fields = Fields {
+        own: &parts.headers,
+        upstream: body.upstream_fields(),
+        added: body.added(),
+    };
+    encode_head(out, parts.status, &fields, length, keep_alive);
     // The bytes still owed under a Content-Length; None when chunked.
     let mut left = match length {
         Length::None => {
@@ -168,34 +174,56 @@ fn body_length(status: StatusCode, headers: &HeaderMap, body: &ResponseBody) -> 
     }
 }
 
+/// A response's fields, from wherever they are kept.
+struct Fields<'a> {
+    /// The response's header map: a generated response's fields.
+    own: &'a HeaderMap,
+    /// An upstream response's fields, hop-by-hop and framing ones already left out.
+    upstream: Option<&'a UpstreamFields>,
+    added: &'a AddedFields,
+}
+
 /// The status line; the response's fields less its framing, its `Connection` and those the
 /// added fields replace; the framing; the added fields; `Date` unless the response has one;
 /// and `Connection: close` when the connection closes after it.
 fn encode_head(
     out: &mut Vec<u8>,
-    parts: &http::response::Parts,
-    added: &AddedFields,
+    status: StatusCode,
+    fields: &Fields<'_>,
     length: Length,
     keep_alive: bool,
 ) {
-    let (status, headers) = (parts.status, &parts.headers);
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
     out.extend_from_slice(b"\r\n");
-    for (name, value) in headers {
-        // The framing is written below, `Connection` by this server; a bodiless status keeps
-        // a Content-Length (a 304's describes what it stands for) except a 204.
+    // A bodiless status keeps a Content-Length (a 304's describes what it stands for) except
+    // a 204.
+    let keeps_length = length == Length::None && status != StatusCode::NO_CONTENT;
+    for (name, value) in fields.own {
+        // The framing is written below, `Connection` by this server.
         let kept = if name == TRANSFER_ENCODING || name == CONNECTION {
             false
         } else if name == CONTENT_LENGTH {
-            length == Length::None && status != StatusCode::NO_CONTENT
+            keeps_length
         } else {
-            !added.replaces(name)
+            !fields.added.replaces(name.as_str().as_bytes())
         };
         if kept {
             encode_field(out, name.as_str(), value.as_bytes());
+        }
+    }
+    let mut has_date = fields.own.contains_key(http::header::DATE);
+    if let Some(upstream) = fields.upstream {
+        upstream.write_lines(out, fields.added);
+        has_date |= upstream.has_date();
+        if let Some(declared) = upstream.content_length().filter(|_| keeps_length) {
+            encode_field(
+                out,
+                "content-length",
+                itoa::Buffer::new().format(declared).as_bytes(),
+            );
         }
     }
     match length {
@@ -207,8 +235,8 @@ fn encode_head(
         Length::Chunked => encode_field(out, "transfer-encoding", b"chunked"),
         Length::None => {}
     }
-    out.extend_from_slice(added.lines());
-    if !headers.contains_key(http::header::DATE) {
+    out.extend_from_slice(fields.added.lines());
+    if !has_date {
         date::with_now(|date| encode_field(out, "date", date));
     }
     if !keep_alive {
@@ -263,7 +291,12 @@ mod tests {
         let length = body_length(parts.status, &parts.headers, &body);
         assert_eq!(length, Length::Exactly(2));
         let mut out = Vec::new();
-        encode_head(&mut out, &parts, body.added(), length, false);
+        let fields = Fields {
+            own: &parts.headers,
+            upstream: None,
+            added: body.added(),
+        };
+        encode_head(&mut out, parts.status, &fields, length, false);
         let text = String::from_utf8(out).unwrap();
         let (before_date, date) = text.split_once("date: ").unwrap();
         assert_eq!(
@@ -286,13 +319,51 @@ mod tests {
             Length::None
         );
         let mut out = Vec::new();
-        encode_head(&mut out, &parts, body.added(), Length::None, true);
+        let fields = Fields {
+            own: &parts.headers,
+            upstream: None,
+            added: body.added(),
+        };
+        encode_head(&mut out, parts.status, &fields, Length::None, true);
         let text = String::from_utf8(out).unwrap();
         assert!(
             text.starts_with("HTTP/1.1 204 No Content\r\ndate: "),
             "{text}"
         );
         assert!(!text.contains("content-length") && !text.contains("connection"));
+    }
+
+    #[test]
+    fn an_upstream_head_has_its_lines_less_replaced_ones_its_date_and_a_304s_length() {
+        let mut upstream = UpstreamFields::with_capacity(64);
+        upstream.push(b"Content-Type", b"text/plain");
+        upstream.push(b"X-Request-Id", b"theirs");
+        upstream.push(b"Date", b"Tue, 01 Dec 2026 03:00:00 GMT");
+        upstream.set_content_length(Some(7));
+        let mut added = AddedFields::default();
+        added.add_value(Added::RequestId, b"ours");
+        let own = HeaderMap::new();
+        let fields = Fields {
+            own: &own,
+            upstream: Some(&upstream),
+            added: &added,
+        };
+        let head = |status, length| {
+            let mut out = Vec::new();
+            encode_head(&mut out, status, &fields, length, true);
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(
+            head(StatusCode::OK, Length::Exactly(2)),
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nDate: Tue, 01 Dec 2026 03:00:00 GMT\r\n\
+             content-length: 2\r\nx-request-id: ours\r\n\r\n"
+        );
+        assert_eq!(
+            head(StatusCode::NOT_MODIFIED, Length::None),
+            "HTTP/1.1 304 Not Modified\r\nContent-Type: text/plain\r\n\
+             Date: Tue, 01 Dec 2026 03:00:00 GMT\r\ncontent-length: 7\r\nx-request-id: ours\r\n\r\n"
+        );
+        assert!(!head(StatusCode::NO_CONTENT, Length::None).contains("content-length"));
     }
 
     /// Records what the in-flight gauge said at each write.

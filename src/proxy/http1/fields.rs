@@ -1,0 +1,148 @@
+//! A response head's fields, read in one pass: those that frame the body and decide the
+//! connection's fate, and the end-to-end ones the client gets (RFC 9110 §7.6.1). Their tests
+//! read whole heads, in `head`.
+
+use http::{StatusCode, Version};
+use smallvec::SmallVec;
+
+use super::head::parse_decimal;
+use crate::upstream_fields::UpstreamFields;
+
+/// What a response field is to a proxy.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Role {
+    EndToEnd,
+    Connection,
+    ContentLength,
+    TransferEncoding,
+    Upgrade,
+    /// Keep-Alive, TE, Trailer, Proxy-*: for this connection only.
+    HopByHop,
+}
+
+/// By length and first letter: most names differ from all of these in those alone.
+fn role(name: &[u8]) -> Role {
+    let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
+    let Some(first) = name.first().map(u8::to_ascii_lowercase) else {
+        return Role::EndToEnd;
+    };
+    match (name.len(), first) {
+        (2, b't') if is("te") => Role::HopByHop,
+        (7, b't') if is("trailer") => Role::HopByHop,
+        (7, b'u') if is("upgrade") => Role::Upgrade,
+        (10, b'c') if is("connection") => Role::Connection,
+        (10, b'k') if is("keep-alive") => Role::HopByHop,
+        (14, b'c') if is("content-length") => Role::ContentLength,
+        (17, b't') if is("transfer-encoding") => Role::TransferEncoding,
+        (7.., b'p') if name[..6].eq_ignore_ascii_case(b"proxy-") => Role::HopByHop,
+        _ => Role::EndToEnd,
+    }
+}
+
+/// What the response's Connection fields say.
+#[derive(Default)]
+pub(super) struct ConnectionOptions<'h> {
+    close: bool,
+    keep_alive: bool,
+    /// Other options: names of fields meant for this connection only.
+    listed: SmallVec<[&'h [u8]; 2]>,
+}
+
+impl<'h> ConnectionOptions<'h> {
+    fn add(&mut self, list: &'h [u8]) {
+        for option in list.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+            if option.eq_ignore_ascii_case(b"close") {
+                self.close = true;
+            } else if option.eq_ignore_ascii_case(b"keep-alive") {
+                self.keep_alive = true;
+            } else if !option.is_empty() {
+                self.listed.push(option);
+            }
+        }
+    }
+
+    fn lists(&self, name: &[u8]) -> bool {
+        self.listed
+            .iter()
+            .any(|listed| listed.eq_ignore_ascii_case(name))
+    }
+
+    /// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 only when asked to keep
+    /// it.
+    pub(super) fn keeps_alive(&self, version: Version) -> bool {
+        if version == Version::HTTP_10 {
+            self.keep_alive
+        } else {
+            !self.close
+        }
+    }
+}
+
+pub(super) struct ReadFields<'h> {
+    pub(super) connection: ConnectionOptions<'h>,
+    /// The last coding of the last Transfer-Encoding field, if any.
+    pub(super) transfer_coding: Option<&'h [u8]>,
+    /// Every Content-Length value, which must agree.
+    pub(super) content_length: Result<Option<u64>, &'static str>,
+    /// All but hop-by-hop and framing fields. A 101 keeps its Upgrade and says
+    /// `Connection: upgrade`, as the tunnel needs.
+    pub(super) kept: UpstreamFields,
+}
+
+impl<'h> ReadFields<'h> {
+    /// The `fields` of a response with `status`, which fill a head of `head_length` bytes.
+    pub(super) fn of(
+        status: StatusCode,
+        fields: &[httparse::Header<'h>],
+        head_length: usize,
+    ) -> ReadFields<'h> {
+        let upgrading = status == StatusCode::SWITCHING_PROTOCOLS;
+        let mut read = ReadFields {
+            connection: ConnectionOptions::default(),
+            transfer_coding: None,
+            content_length: Ok(None),
+            kept: UpstreamFields::with_capacity(head_length),
+        };
+        for field in fields {
+            let name = field.name.as_bytes();
+            match role(name) {
+                Role::EndToEnd => read.kept.push(name, field.value),
+                Role::Upgrade if upgrading => read.kept.push(name, field.value),
+                Role::Connection => read.connection.add(field.value),
+                Role::TransferEncoding => {
+                    let last = field.value.rsplit(|&b| b == b',').next().unwrap_or(&[]);
+                    read.transfer_coding = Some(last.trim_ascii());
+                }
+                Role::ContentLength => read.add_length(field.value),
+                Role::Upgrade | Role::HopByHop => {}
+            }
+        }
+        // Rare: most responses list no field in Connection.
+        if !read.connection.listed.is_empty() {
+            let connection = &read.connection;
+            let upgrade = |name: &[u8]| upgrading && role(name) == Role::Upgrade;
+            read.kept
+                .retain(|name| upgrade(name) || !connection.lists(name));
+        }
+        if upgrading
+            && read
+                .kept
+                .iter()
+                .any(|(name, _)| role(name) == Role::Upgrade)
+        {
+            read.kept.push(b"connection", b"upgrade");
+        }
+        read
+    }
+
+    fn add_length(&mut self, list: &[u8]) {
+        for item in list.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+            self.content_length = match (parse_decimal(item), self.content_length) {
+                (_, Err(error)) => Err(error),
+                (None, _) => Err("invalid Content-Length"),
+                (Some(n), Ok(Some(seen))) if n != seen => Err("conflicting Content-Length values"),
+                (Some(n), Ok(_)) => Ok(Some(n)),
+            };
+        }
+    }
+}

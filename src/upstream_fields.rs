@@ -1,0 +1,225 @@
+//! An upstream response's end-to-end fields, kept as the head lines the client gets. The
+//! HTTP/1.1 client reads them into these lines instead of a header map: the gateway's own
+//! server copies the lines into its head in one piece, and only hyper's path (HTTP/2,
+//! connections handed to hyper) parses them into a map. Building, hashing and dropping the
+//! map cost a proxied request ~2.5k instructions, a tenth of it (docs/PERFORMANCE.md).
+//!
+//! Names keep the upstream's spelling (field names are case-insensitive; nginx passes them on
+//! as they come too).
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+
+use crate::added_fields::{Added, AddedFields};
+
+/// Above any Content-Length accepted (18 digits at most).
+const NO_LENGTH: u64 = u64::MAX;
+
+#[derive(Debug)]
+pub struct UpstreamFields {
+    /// `name: value\r\n` lines in the upstream's order, less hop-by-hop and framing fields.
+    lines: Vec<u8>,
+    /// The upstream's valid Content-Length, unless Transfer-Encoding overrode it; `NO_LENGTH`
+    /// for none (kept small: every response body carries these fields). A body's framing is
+    /// the server's to write; a 304's or a HEAD answer's length is passed on.
+    content_length: u64,
+    /// The `Added` fields the upstream sent too, a bit each: the gateway's replace them.
+    named_as_added: u8,
+    has_date: bool,
+}
+
+impl Default for UpstreamFields {
+    fn default() -> UpstreamFields {
+        UpstreamFields {
+            lines: Vec::new(),
+            content_length: NO_LENGTH,
+            named_as_added: 0,
+            has_date: false,
+        }
+    }
+}
+
+impl UpstreamFields {
+    /// Room for `bytes` of lines.
+    pub(crate) fn with_capacity(bytes: usize) -> UpstreamFields {
+        UpstreamFields {
+            lines: Vec::with_capacity(bytes),
+            ..UpstreamFields::default()
+        }
+    }
+
+    /// Appends a field. `name` must be a token and `value` a valid field value (no CR, LF or
+    /// other control but tab), as httparse checks them.
+    pub(crate) fn push(&mut self, name: &[u8], value: &[u8]) {
+        debug_assert!(!name.is_empty() && !name.contains(&b':'));
+        debug_assert!(!value.iter().any(|&b| b == b'\r' || b == b'\n'));
+        if let Some(field) = Added::named(name) {
+            self.named_as_added |= field.bit();
+        } else if name.eq_ignore_ascii_case(b"date") {
+            self.has_date = true;
+        }
+        self.lines.reserve(name.len() + value.len() + 4);
+        self.lines.extend_from_slice(name);
+        self.lines.extend_from_slice(b": ");
+        self.lines.extend_from_slice(value);
+        self.lines.extend_from_slice(b"\r\n");
+    }
+
+    /// Keeps only the fields whose names `keep` accepts.
+    pub(crate) fn retain(&mut self, keep: impl Fn(&[u8]) -> bool) {
+        let mut kept = UpstreamFields::with_capacity(self.lines.len());
+        for (name, value) in self.iter().filter(|(name, _)| keep(name)) {
+            kept.push(name, value);
+        }
+        kept.content_length = self.content_length;
+        *self = kept;
+    }
+
+    /// Every parsed length is under `NO_LENGTH` (18 digits at most), which would count as none.
+    pub(crate) fn set_content_length(&mut self, length: Option<u64>) {
+        self.content_length = length.unwrap_or(NO_LENGTH);
+    }
+
+    pub fn content_length(&self) -> Option<u64> {
+        (self.content_length != NO_LENGTH).then_some(self.content_length)
+    }
+
+    pub fn has_date(&self) -> bool {
+        self.has_date
+    }
+
+    /// Each field's name and value.
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.lines
+            .split(|&b| b == b'\n')
+            .filter_map(|line| line.strip_suffix(b"\r"))
+            .filter_map(|line| {
+                let colon = line.iter().position(|&b| b == b':')?;
+                let value = line[colon + 1..].strip_prefix(b" ")?;
+                Some((&line[..colon], value))
+            })
+    }
+
+    /// Writes the lines into a head, less those that fields the gateway adds replace.
+    pub fn write_lines(&self, out: &mut Vec<u8>, added: &AddedFields) {
+        if !added.has_any(self.named_as_added) {
+            out.extend_from_slice(&self.lines);
+            return;
+        }
+        for (name, value) in self.iter() {
+            if !added.replaces(name) {
+                out.extend_from_slice(name);
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+        }
+    }
+
+    /// Moves the fields, and the Content-Length, into `headers`, for a server that writes
+    /// heads from a header map alone (hyper).
+    pub fn move_into(&mut self, headers: &mut HeaderMap) {
+        headers.reserve(self.lines.len() / 24 + 1);
+        for (name, value) in self.iter() {
+            // Checked by httparse already: neither conversion fails.
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::from_bytes(name), HeaderValue::from_bytes(value))
+            {
+                headers.append(name, value);
+            }
+        }
+        if let Some(length) = self.content_length() {
+            headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        *self = UpstreamFields::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(pairs: &[(&str, &str)]) -> UpstreamFields {
+        let mut fields = UpstreamFields::with_capacity(64);
+        for (name, value) in pairs {
+            fields.push(name.as_bytes(), value.as_bytes());
+        }
+        fields
+    }
+
+    fn written(fields: &UpstreamFields, added: &AddedFields) -> String {
+        let mut out = Vec::new();
+        fields.write_lines(&mut out, added);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn lines_are_written_as_pushed_less_those_the_gateway_adds() {
+        let upstream = fields(&[
+            ("Content-Type", "text/plain"),
+            ("X-Request-Id", "theirs"),
+            ("set-cookie", "a=1"),
+            ("x-empty", ""),
+            ("set-cookie", "b=2"),
+            ("RateLimit", "\"u\";r=1"),
+        ]);
+        assert!(!upstream.has_date());
+        let all = "Content-Type: text/plain\r\nX-Request-Id: theirs\r\nset-cookie: a=1\r\n\
+                   x-empty: \r\nset-cookie: b=2\r\nRateLimit: \"u\";r=1\r\n";
+        assert_eq!(written(&upstream, &AddedFields::default()), all);
+        let mut added = AddedFields::default();
+        added.add_value(Added::RetryAfter, b"5");
+        assert_eq!(written(&upstream, &added), all);
+        added.add_value(Added::RequestId, b"ours");
+        assert_eq!(
+            written(&upstream, &added),
+            "Content-Type: text/plain\r\nset-cookie: a=1\r\nx-empty: \r\nset-cookie: b=2\r\n\
+             RateLimit: \"u\";r=1\r\n"
+        );
+        added.add_value(Added::RateLimit, b"\"g\";r=0");
+        assert!(!written(&upstream, &added).contains("RateLimit"));
+    }
+
+    #[test]
+    fn retained_fields_keep_their_order_and_what_they_tell() {
+        let mut upstream = fields(&[
+            ("x-hop", "1"),
+            ("Date", "Tue, 01 Dec 2026 03:00:00 GMT"),
+            ("X-Request-Id", "theirs"),
+            ("x-kept", "2"),
+        ]);
+        upstream.set_content_length(Some(3));
+        upstream.retain(|name| !name.eq_ignore_ascii_case(b"X-HOP"));
+        let mut added = AddedFields::default();
+        added.add_value(Added::RequestId, b"ours");
+        assert_eq!(
+            written(&upstream, &added),
+            "Date: Tue, 01 Dec 2026 03:00:00 GMT\r\nx-kept: 2\r\n"
+        );
+        assert!(upstream.has_date());
+        assert_eq!(upstream.content_length(), Some(3));
+        upstream.retain(|name| name != b"Date");
+        assert!(!upstream.has_date());
+    }
+
+    #[test]
+    fn moved_into_a_map_every_value_is_kept_and_the_length_added() {
+        let mut upstream = fields(&[
+            ("Date", "Tue, 01 Dec 2026 03:00:00 GMT"),
+            ("set-cookie", "a=1"),
+            ("Set-Cookie", "b=2"),
+            ("x-odd", "caf\u{e9}: \"x\"\t"),
+        ]);
+        upstream.set_content_length(Some(12));
+        assert!(upstream.has_date());
+        assert_eq!(upstream.iter().count(), 4);
+        let mut headers = HeaderMap::new();
+        upstream.move_into(&mut headers);
+        let cookies: Vec<_> = headers.get_all("set-cookie").iter().collect();
+        assert_eq!(cookies, ["a=1", "b=2"]);
+        assert_eq!(headers["date"], "Tue, 01 Dec 2026 03:00:00 GMT");
+        assert_eq!(headers["x-odd"].as_bytes(), "caf\u{e9}: \"x\"\t".as_bytes());
+        assert_eq!(headers["content-length"], "12");
+        assert_eq!(headers.len(), 5);
+        assert_eq!(upstream.iter().count(), 0);
+    }
+}
