@@ -203,11 +203,14 @@ fn parse_request(read: &mut BytesMut) -> Parsed {
         Ok(httparse::Status::Partial) if read.len() < MAX_HEAD => return Parsed::Partial,
         _ => return Parsed::Other,
     };
-    let Some(parts) = parts_served_here(&parsed, read.as_ptr() as usize, length) else {
+    // Filled in place: moved around, a list of two dozen fields was a kilobyte to copy.
+    let mut fields = SmallVec::new();
+    let Some(parts) = parts_served_here(&parsed, read.as_ptr() as usize, length, &mut fields)
+    else {
         return Parsed::Other;
     };
     let head = read.split_to(length).freeze();
-    match build_request(parts, &head) {
+    match build_request(parts, &mut fields, &head) {
         Some(request) => Parsed::Request(request),
         None => {
             // A value or target `http` refuses: hyper answers it, from the same bytes.
@@ -220,19 +223,23 @@ fn parse_request(read: &mut BytesMut) -> Parsed {
     }
 }
 
-/// A parsed head's method, and its target's and fields' places in the buffer.
+/// A parsed head's method, and its target's place in the buffer.
 struct HeadParts {
     method: Method,
     target: Range<usize>,
-    fields: SmallVec<[(HeaderName, Range<usize>); 24]>,
 }
 
-/// The parts of a head whose buffer starts at `base`, when its request is served here:
-/// HTTP/1.1, not `HEAD` or `CONNECT`, an origin-form target, every field `served_here`.
+/// The fields' names and the places of their values in the buffer.
+type FieldPlaces = SmallVec<[(HeaderName, Range<usize>); 24]>;
+
+/// The parts of a head whose buffer starts at `base`, and its `fields`, when its request is
+/// served here: HTTP/1.1, not `HEAD` or `CONNECT`, an origin-form target, every field
+/// `served_here`.
 fn parts_served_here(
     parsed: &httparse::Request<'_, '_>,
     base: usize,
     length: usize,
+    fields: &mut FieldPlaces,
 ) -> Option<HeadParts> {
     let (Some(method), Some(target), Some(1)) = (parsed.method, parsed.path, parsed.version) else {
         return None;
@@ -249,7 +256,6 @@ fn parts_served_here(
         Some(start..end)
     };
     let target = within(target.as_bytes()).filter(|_| target.starts_with('/'))?;
-    let mut fields = SmallVec::new();
     for field in parsed.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes()).ok()?;
         if !served_here(&name, field.value) {
@@ -257,11 +263,7 @@ fn parts_served_here(
         }
         fields.push((name, within(field.value)?));
     }
-    Some(HeadParts {
-        method,
-        target,
-        fields,
-    })
+    Some(HeadParts { method, target })
 }
 
 /// A field that leaves its request to hyper: a body, an upgrade, `Expect`, `TE`, or a
@@ -278,11 +280,15 @@ fn served_here(name: &HeaderName, value: &[u8]) -> bool {
         || name == TE)
 }
 
-fn build_request(parts: HeadParts, head: &Bytes) -> Option<Request<proxy::upstream::UpstreamBody>> {
+fn build_request(
+    parts: HeadParts,
+    fields: &mut FieldPlaces,
+    head: &Bytes,
+) -> Option<Request<proxy::upstream::UpstreamBody>> {
     let uri = Uri::from_maybe_shared(head.slice(parts.target)).ok()?;
     // Room for what the gateway adds on the way upstream without a regrow.
-    let mut headers = HeaderMap::with_capacity(parts.fields.len() + 6);
-    for (name, range) in parts.fields {
+    let mut headers = HeaderMap::with_capacity(fields.len() + 6);
+    for (name, range) in fields.drain(..) {
         headers.append(
             name,
             HeaderValue::from_maybe_shared(head.slice(range)).ok()?,
