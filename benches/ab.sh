@@ -86,7 +86,6 @@ for round in $(seq "$ROUNDS"); do
     "$a_rps" "$a_cpu" "$a_p50" "$a_p99" "$a_redis" "$b_rps" "$b_cpu" "$b_p50" "$b_p99" "$b_redis"
   A_CPU+=("$a_cpu"); B_CPU+=("$b_cpu"); A_P99+=("$a_p99"); B_P99+=("$b_p99")
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 a=$(median "${A_CPU[@]}"); b=$(median "${B_CPU[@]}")
 echo "median CPU µs/req: A $a, B $b (A/B $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}'))"
 if [ -n "$RATE" ]; then

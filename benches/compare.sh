@@ -14,6 +14,7 @@
 #   CONNS=100 DURATION=20s ROUNDS=3 benches/compare.sh
 #   WORKERS=2 benches/compare.sh            # two nginx workers against two of ours (default 1)
 #   ROUNDS=0 RATE=20000 benches/compare.sh  # only (f), at a given rate
+#   F_ROUNDS=5 benches/compare.sh           # (f) in 5 alternating rounds, medians (default 3)
 #   NGINX_FIELDS=same benches/compare.sh    # nginx also sets X-Forwarded-Proto/-Host and keeps or
 #                                           # mints X-Request-Id, as ours does (see common.sh); the
 #                                           # targets are judged without
@@ -26,6 +27,9 @@ cd "$(dirname "$0")/.."
 CONNS=${CONNS:-50}
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
+# Rounds of (f), each against its own direct-to-upstream run.
+F_ROUNDS=${F_ROUNDS:-3}
+[[ $F_ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "F_ROUNDS is \"$F_ROUNDS\": expected a whole number of rounds, 1 or more" >&2; exit 1; }
 # nginx's worker_processes and our [server] workers: the same number of serving threads.
 WORKERS=${WORKERS:-1}
 
@@ -211,13 +215,30 @@ if [ -z "${RATE:-}" ]; then
   RATE=$(awk -v r="${RPS[nginx]}" -v n="$ROUNDS" 'BEGIN { printf "%d", r / n / 2 }')
 fi
 # Also at a moderate rate every proxy here sustains, where added latency is not queueing.
+# F_ROUNDS alternating rounds: each round runs direct-to-upstream, then every target; a
+# target's added p99 is its p99 less that round's direct p99, and the median over rounds is
+# printed. One sample's p99 moved by milliseconds with what else ran on this shared machine.
+F_TARGETS=("nginx limit_req|$NGINX_PORT" "(a) proxy only|$A_PORT" "(b) edge layer|$B_PORT"
+  "(c) edge + 2 limits|$C_PORT" "(d) 2 Redis limits|$D_PORT")
 for rate in "$RATE" ${EXTRA_RATES-5000}; do
   echo
-  echo "(f) p50/p99 at a fixed $rate req/s, oha -c$CONNS -z$DURATION (latency-corrected); added = p99 − direct p99"
-  read -r _ _ direct50 direct99 < <(oha_at_rate "$rate" "$DURATION" "$CONNS" "http://127.0.0.1:$UPSTREAM_PORT/bench")
-  printf '%-30s %9s ms %9s ms\n' "direct to upstream" "$direct50" "$direct99"
-  for target in "nginx limit_req|$NGINX_PORT" "(a) proxy only|$A_PORT" "(b) edge layer|$B_PORT" "(c) edge + 2 limits|$C_PORT" "(d) 2 Redis limits|$D_PORT"; do
-    read -r _ _ p50 p99 < <(oha_at_rate "$rate" "$DURATION" "$CONNS" "http://127.0.0.1:${target#*|}/bench")
-    printf '%-30s %9s ms %9s ms   added p99 %s ms\n' "${target%|*}" "$p50" "$p99" "$(awk -v a="$p99" -v b="$direct99" 'BEGIN { printf "%.3f", a - b }')"
+  echo "(f) p50/p99 at a fixed $rate req/s, oha -c$CONNS -z$DURATION (latency-corrected), $F_ROUNDS alternating rounds: medians; added = median of (p99 − the round's direct p99), then each round's"
+  declare -A F50=() F99=() FADDED=()
+  for _ in $(seq "$F_ROUNDS"); do
+    read -r _ _ direct50 direct99 < <(oha_at_rate "$rate" "$DURATION" "$CONNS" "http://127.0.0.1:$UPSTREAM_PORT/bench")
+    F50[direct]+=" $direct50"; F99[direct]+=" $direct99"
+    for target in "${F_TARGETS[@]}"; do
+      read -r _ _ p50 p99 < <(oha_at_rate "$rate" "$DURATION" "$CONNS" "http://127.0.0.1:${target#*|}/bench")
+      F50[${target%|*}]+=" $p50"; F99[${target%|*}]+=" $p99"
+      FADDED[${target%|*}]+=" $(awk -v a="$p99" -v b="$direct99" 'BEGIN { printf "%.3f", a - b }')"
+    done
+  done
+  # shellcheck disable=SC2086 # the lists split into their numbers
+  printf '%-30s %9.3f ms %9.3f ms\n' "direct to upstream" "$(median ${F50[direct]})" "$(median ${F99[direct]})"
+  for target in "${F_TARGETS[@]}"; do
+    name=${target%|*}
+    # shellcheck disable=SC2086
+    printf '%-30s %9.3f ms %9.3f ms   added p99 %.3f ms (%s)\n' "$name" "$(median ${F50[$name]})" \
+      "$(median ${F99[$name]})" "$(median ${FADDED[$name]})" "$(echo ${FADDED[$name]} | sed 's/ / \/ /g')"
   done
 done
