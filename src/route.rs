@@ -66,6 +66,8 @@ impl Route {
 #[derive(Debug)]
 pub struct Router {
     routes: Vec<Route>,
+    /// Whether any route names a host; when none does, a request's is not looked at.
+    any_host: bool,
 }
 
 impl Router {
@@ -87,13 +89,14 @@ impl Router {
                 max_in_flight: c.max_in_flight,
                 in_flight: Arc::new(AtomicUsize::new(0)),
             })
-            .collect();
-        Router { routes }
+            .collect::<Vec<_>>();
+        let any_host = routes.iter().any(|route| route.host.is_some());
+        Router { routes, any_host }
     }
 
     /// The first route that matches. `host` may carry a port, which is ignored.
     pub fn find(&self, host: Option<&str>, path: &str, method: &Method) -> Option<&Route> {
-        let host = host.map(strip_port);
+        let host = host.filter(|_| self.any_host).map(strip_port);
         self.routes.iter().find(|r| r.matches(host, path, method))
     }
 }
@@ -167,6 +170,25 @@ mod tests {
     fn no_match_is_none() {
         let r = Router::new(&[config("v1", None, "/v1/", None)]);
         assert_eq!(name(&r, None, "/v2/x", Method::GET), None);
+    }
+
+    #[test]
+    fn without_host_routes_any_host_or_none_matches_by_path_and_method() {
+        let r = Router::new(&[
+            config("login", None, "/login", Some(&[Method::POST])),
+            config("v1", None, "/v1/", None),
+        ]);
+        assert!(!r.any_host && router().any_host);
+        for host in [
+            None,
+            Some("api.example.com:8080"),
+            Some("[::1]:1"),
+            Some(""),
+        ] {
+            assert_eq!(name(&r, host, "/v1/x", Method::GET), Some("v1"));
+            assert_eq!(name(&r, host, "/login", Method::POST), Some("login"));
+            assert_eq!(name(&r, host, "/login", Method::GET), None);
+        }
     }
 
     #[test]
