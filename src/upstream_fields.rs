@@ -10,6 +10,7 @@
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::added_fields::{Added, AddedFields};
+use crate::proxy::http1::encode_field;
 
 /// Above any Content-Length accepted (18 digits at most).
 const NO_LENGTH: u64 = u64::MAX;
@@ -57,11 +58,7 @@ impl UpstreamFields {
         } else if name.eq_ignore_ascii_case(b"date") {
             self.has_date = true;
         }
-        self.lines.reserve(name.len() + value.len() + 4);
-        self.lines.extend_from_slice(name);
-        self.lines.extend_from_slice(b": ");
-        self.lines.extend_from_slice(value);
-        self.lines.extend_from_slice(b"\r\n");
+        encode_field(&mut self.lines, name, value);
     }
 
     /// Keeps only the fields whose names `keep` accepts.
@@ -107,10 +104,7 @@ impl UpstreamFields {
         }
         for (name, value) in self.iter() {
             if !added.replaces(name) {
-                out.extend_from_slice(name);
-                out.extend_from_slice(b": ");
-                out.extend_from_slice(value);
-                out.extend_from_slice(b"\r\n");
+                encode_field(out, name, value);
             }
         }
     }

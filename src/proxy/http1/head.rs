@@ -118,9 +118,11 @@ pub(crate) fn encode_head(
     buf.extend_from_slice(b"\r\n");
 }
 
-pub(crate) fn encode_field(buf: &mut Vec<u8>, name: &str, value: &[u8]) {
+/// A head line, `name: value\r\n`.
+pub(crate) fn encode_field(buf: &mut Vec<u8>, name: impl AsRef<[u8]>, value: &[u8]) {
+    let name = name.as_ref();
     buf.reserve(name.len() + value.len() + 4);
-    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(name);
     buf.extend_from_slice(b": ");
     buf.extend_from_slice(value);
     buf.extend_from_slice(b"\r\n");
