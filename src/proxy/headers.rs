@@ -1,7 +1,7 @@
 //! Header rewriting between client and upstream: hop-by-hop headers (RFC 9110 §7.6.1) never
 //! cross the proxy, and the upstream learns who asked through X-Forwarded-*.
 
-use http::header::{CONNECTION, HOST, TE, TRAILER, TRANSFER_ENCODING, UPGRADE};
+use http::header::{CONNECTION, HOST, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::request_id::X_REQUEST_ID;
@@ -9,58 +9,65 @@ use crate::request_id::X_REQUEST_ID;
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 
-// A static, not a const: a const array is built and dropped again at every use.
-static HOP_BY_HOP: [HeaderName; 6] = [
-    CONNECTION,
-    KEEP_ALIVE,
-    TE,
-    TRAILER,
-    TRANSFER_ENCODING,
-    UPGRADE,
-];
-
-/// Removes Connection and every header it names, the fixed hop-by-hop set, and `Proxy-*`.
+/// Removes Connection and every header it names, and every hop-by-hop header (`role`).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none: one pass over the names instead of a removal per name.
+    // Most messages carry none: one pass over the names before removing anything.
     let any = headers.keys().any(is_hop_by_hop);
     if !any {
         return;
     }
-    let named: Vec<HeaderName> = headers
+    let named = headers
         .get_all(CONNECTION)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|list| list.split(','))
-        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok())
-        .collect();
-    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok());
+    let hop_by_hop = headers.keys().filter(|name| is_hop_by_hop(name)).cloned();
+    let gone: Vec<HeaderName> = named.chain(hop_by_hop).collect();
+    for name in gone {
         headers.remove(name);
-    }
-    let has_proxy_headers = headers
-        .keys()
-        .any(|name| name.as_str().starts_with("proxy-"));
-    if has_proxy_headers {
-        let proxy_headers: Vec<HeaderName> = headers
-            .keys()
-            .filter(|name| name.as_str().starts_with("proxy-"))
-            .cloned()
-            .collect();
-        for name in proxy_headers {
-            headers.remove(name);
-        }
     }
 }
 
-/// The fixed hop-by-hop set or `Proxy-*`, by one look at the name (most names differ from
-/// all of them in length alone).
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    let name = name.as_str();
-    matches!(
-        name,
-        "connection" | "keep-alive" | "te" | "trailer" | "transfer-encoding" | "upgrade"
-    ) || name.starts_with("proxy-")
+    !matches!(
+        role(name.as_str().as_bytes()),
+        Role::EndToEnd | Role::ContentLength
+    )
+}
+
+/// What a field is to a proxy (RFC 9110 §7.6.1): the one definition of the hop-by-hop set,
+/// for requests (`strip_hop_by_hop`) and upstream responses (`proxy::http1`).
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Role {
+    EndToEnd,
+    Connection,
+    ContentLength,
+    TransferEncoding,
+    Upgrade,
+    /// Keep-Alive, TE, Trailer, Proxy-*: for this connection only.
+    HopByHop,
+}
+
+/// `name`'s role, in any case. By length and first letter: most names differ from all of
+/// these in those alone.
+pub(crate) fn role(name: &[u8]) -> Role {
+    let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
+    let Some(first) = name.first().map(u8::to_ascii_lowercase) else {
+        return Role::EndToEnd;
+    };
+    match (name.len(), first) {
+        (2, b't') if is("te") => Role::HopByHop,
+        (7, b't') if is("trailer") => Role::HopByHop,
+        (7, b'u') if is("upgrade") => Role::Upgrade,
+        (10, b'c') if is("connection") => Role::Connection,
+        (10, b'k') if is("keep-alive") => Role::HopByHop,
+        (14, b'c') if is("content-length") => Role::ContentLength,
+        (17, b't') if is("transfer-encoding") => Role::TransferEncoding,
+        (6.., b'p') if name[..6].eq_ignore_ascii_case(b"proxy-") => Role::HopByHop,
+        _ => Role::EndToEnd,
+    }
 }
 
 /// True when the request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
@@ -209,6 +216,30 @@ mod tests {
         strip_hop_by_hop(&mut map);
         assert_eq!(map.len(), 1, "{map:?}");
         assert_eq!(map["accept"], "*/*");
+    }
+
+    #[test]
+    fn roles_are_told_in_any_case_and_near_misses_are_end_to_end() {
+        for (name, expected) in [
+            ("Connection", Role::Connection),
+            ("KEEP-ALIVE", Role::HopByHop),
+            ("Te", Role::HopByHop),
+            ("trailer", Role::HopByHop),
+            ("Transfer-Encoding", Role::TransferEncoding),
+            ("Upgrade", Role::Upgrade),
+            ("Content-Length", Role::ContentLength),
+            ("Proxy-Authenticate", Role::HopByHop),
+            ("proxy-", Role::HopByHop),
+            ("tex", Role::EndToEnd),
+            ("trailers", Role::EndToEnd),
+            ("upgrades", Role::EndToEnd),
+            ("content-type", Role::EndToEnd),
+            ("proxy", Role::EndToEnd),
+            ("x-proxy-id", Role::EndToEnd),
+            ("", Role::EndToEnd),
+        ] {
+            assert_eq!(role(name.as_bytes()), expected, "{name:?}");
+        }
     }
 
     /// The fields as the upstream receives them, through the request head encoder.

@@ -6,38 +6,8 @@ use http::{StatusCode, Version};
 use smallvec::SmallVec;
 
 use super::head::parse_decimal;
+use crate::proxy::headers::{Role, role};
 use crate::upstream_fields::UpstreamFields;
-
-/// What a response field is to a proxy.
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Role {
-    EndToEnd,
-    Connection,
-    ContentLength,
-    TransferEncoding,
-    Upgrade,
-    /// Keep-Alive, TE, Trailer, Proxy-*: for this connection only.
-    HopByHop,
-}
-
-/// By length and first letter: most names differ from all of these in those alone.
-fn role(name: &[u8]) -> Role {
-    let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
-    let Some(first) = name.first().map(u8::to_ascii_lowercase) else {
-        return Role::EndToEnd;
-    };
-    match (name.len(), first) {
-        (2, b't') if is("te") => Role::HopByHop,
-        (7, b't') if is("trailer") => Role::HopByHop,
-        (7, b'u') if is("upgrade") => Role::Upgrade,
-        (10, b'c') if is("connection") => Role::Connection,
-        (10, b'k') if is("keep-alive") => Role::HopByHop,
-        (14, b'c') if is("content-length") => Role::ContentLength,
-        (17, b't') if is("transfer-encoding") => Role::TransferEncoding,
-        (7.., b'p') if name[..6].eq_ignore_ascii_case(b"proxy-") => Role::HopByHop,
-        _ => Role::EndToEnd,
-    }
-}
 
 /// What the response's Connection fields say.
 #[derive(Default)]
