@@ -201,37 +201,9 @@ fn encode_head(
     // A bodiless status keeps a Content-Length (a 304's describes what it stands for) except
     // a 204.
     let keeps_length = length == Length::None && status != StatusCode::NO_CONTENT;
-    for (name, value) in fields.own {
-        // The framing is written below, `Connection` by this server.
-        let kept = if name == TRANSFER_ENCODING || name == CONNECTION {
-            false
-        } else if name == CONTENT_LENGTH {
-            keeps_length
-        } else {
-            !fields.added.replaces(name.as_str().as_bytes())
-        };
-        if kept {
-            encode_field(out, name.as_str(), value.as_bytes());
-        }
-    }
-    let mut has_date = fields.own.contains_key(http::header::DATE);
-    if let Some(upstream) = fields.upstream {
-        upstream.write_lines(out, fields.added);
-        has_date |= upstream.has_date();
-        if let Some(declared) = upstream.content_length().filter(|_| keeps_length) {
-            encode_field(
-                out,
-                "content-length",
-                itoa::Buffer::new().format(declared).as_bytes(),
-            );
-        }
-    }
+    let has_date = fields.encode(out, keeps_length);
     match length {
-        Length::Exactly(n) => encode_field(
-            out,
-            "content-length",
-            itoa::Buffer::new().format(n).as_bytes(),
-        ),
+        Length::Exactly(n) => encode_length(out, n),
         Length::Chunked => encode_field(out, "transfer-encoding", b"chunked"),
         Length::None => {}
     }
@@ -243,6 +215,44 @@ fn encode_head(
         encode_field(out, "connection", b"close");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+impl Fields<'_> {
+    /// Writes the response's own and upstream fields, less the framing, `Connection` and
+    /// those the added fields replace (a kept Content-Length only when `keeps_length`);
+    /// true when one was a `Date`.
+    fn encode(&self, out: &mut Vec<u8>, keeps_length: bool) -> bool {
+        for (name, value) in self.own {
+            // The framing is written by `encode_head`, `Connection` by this server.
+            let kept = if name == TRANSFER_ENCODING || name == CONNECTION {
+                false
+            } else if name == CONTENT_LENGTH {
+                keeps_length
+            } else {
+                !self.added.replaces(name.as_str().as_bytes())
+            };
+            if kept {
+                encode_field(out, name.as_str(), value.as_bytes());
+            }
+        }
+        let mut has_date = self.own.contains_key(http::header::DATE);
+        if let Some(upstream) = self.upstream {
+            upstream.write_lines(out, self.added);
+            has_date |= upstream.has_date();
+            if let Some(declared) = upstream.content_length().filter(|_| keeps_length) {
+                encode_length(out, declared);
+            }
+        }
+        has_date
+    }
+}
+
+fn encode_length(out: &mut Vec<u8>, length: u64) {
+    encode_field(
+        out,
+        "content-length",
+        itoa::Buffer::new().format(length).as_bytes(),
+    );
 }
 
 /// The `Date` field, formatted once a second per thread.
