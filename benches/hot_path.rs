@@ -16,6 +16,7 @@ use ratelimit_proxy::limit::key::{KeyPart, Missing, RequestFacts};
 use ratelimit_proxy::limit::limiter::{Limiter, RouteLimits, Stores};
 use ratelimit_proxy::limit::rules::{LimitRule, OnError, Window};
 use ratelimit_proxy::limit::{Algorithm, Rate};
+use ratelimit_proxy::request_fields::RequestFields;
 
 fn random_v4_blocks(count: usize, seed: u64) -> Vec<ipnet::IpNet> {
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -85,6 +86,7 @@ fn header_walk(c: &mut Criterion) {
         "x-forwarded-for",
         HeaderValue::from_static("198.51.100.1, 10.0.0.1, 10.0.0.2, 10.0.0.3, 10.0.0.4"),
     );
+    let headers = RequestFields::Map(headers);
     let peer: IpAddr = "10.0.0.5".parse().unwrap();
     c.bench_function("client ip, X-Forwarded-For with 5 hops", |b| {
         b.iter(|| policy.resolve(black_box(peer), black_box(&headers)))
@@ -153,6 +155,7 @@ fn limits_decision(c: &mut Criterion) {
     };
     let mut headers = HeaderMap::new();
     headers.insert("x-api-key", HeaderValue::from_static("k-0123456789abcdef"));
+    let headers = RequestFields::Map(headers);
     let ip: IpAddr = "198.51.100.7".parse().unwrap();
     let facts = RequestFacts {
         client_ip: ip,
@@ -161,7 +164,7 @@ fn limits_decision(c: &mut Criterion) {
         host: Some("api.example.com"),
         path: "/v1/things",
         query: None,
-        headers: &headers,
+        fields: &headers,
     };
     let clock = SystemClock::new();
     let mut now = clock.now();

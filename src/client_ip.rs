@@ -5,9 +5,10 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
-use http::{HeaderMap, HeaderName};
+use http::HeaderName;
 
 use crate::ip_set::IpSet;
+use crate::request_fields::{RequestFields, visible_text};
 
 /// At most this many header entries are examined, whatever the client sends.
 pub const MAX_HOPS: usize = 32;
@@ -56,7 +57,7 @@ pub struct ClientIp {
 }
 
 impl ClientIpPolicy {
-    pub fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> ClientIp {
+    pub fn resolve(&self, peer: IpAddr, fields: &RequestFields) -> ClientIp {
         let peer = normalize(peer);
         if !self.trusted_proxies.contains(peer) {
             return ClientIp {
@@ -70,8 +71,11 @@ impl ClientIpPolicy {
             trusted: &self.trusted_proxies,
         };
         // Lines from the last (nearest proxy) to the first; entries within a line likewise.
-        for line in headers.get_all(self.header.name()).iter().rev() {
-            let Ok(text) = line.to_str() else { break };
+        let name = self.header.name();
+        for line in fields.get_all(&name).rev() {
+            let Some(text) = visible_text(line) else {
+                break;
+            };
             let go_on = match self.header {
                 ForwardHeader::XForwardedFor => {
                     text.rsplit(',').all(|entry| walk.visit(entry, parse_node))

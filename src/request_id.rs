@@ -1,16 +1,18 @@
 //! X-Request-Id: a sane incoming id is kept so traces join up across hops; anything else is
 //! replaced by a fresh random one.
 
-use http::{HeaderMap, HeaderValue};
+use http::HeaderValue;
+
+use crate::request_fields::RequestFields;
 
 pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
 
 const MAX_LEN: usize = 128;
 
 /// The incoming id when it is 1 to 128 visible ASCII characters, or a new one.
-pub fn keep_or_mint(headers: &HeaderMap) -> HeaderValue {
-    match headers.get(X_REQUEST_ID) {
-        Some(value) if is_sane(value.as_bytes()) => value.clone(),
+pub fn keep_or_mint(fields: &RequestFields) -> HeaderValue {
+    match fields.value(&X_REQUEST_ID) {
+        Some(value) if is_sane(value.as_bytes()) => value,
         _ => mint(),
     }
 }
@@ -35,15 +37,18 @@ pub fn mint() -> HeaderValue {
 mod tests {
     use super::*;
 
-    fn with_id(id: &[u8]) -> HeaderMap {
-        let mut headers = HeaderMap::new();
+    fn with_id(id: &[u8]) -> RequestFields {
+        let mut headers = http::HeaderMap::new();
         headers.insert(X_REQUEST_ID, HeaderValue::from_bytes(id).unwrap());
-        headers
+        RequestFields::Map(headers)
     }
 
     #[test]
     fn keeps_a_sane_id() {
         assert_eq!(keep_or_mint(&with_id(b"req-42_A.b")), "req-42_A.b");
+        let head = b"GET / HTTP/1.1\r\nX-Request-ID: req-7\r\n\r\n";
+        let lines = crate::request_fields::tests::lines_of(head);
+        assert_eq!(keep_or_mint(&lines), "req-7");
         let longest = vec![b'a'; 128];
         assert_eq!(keep_or_mint(&with_id(&longest)).as_bytes(), &longest[..]);
     }
@@ -74,8 +79,8 @@ mod tests {
     #[test]
     fn mints_distinct_ids_when_absent() {
         assert_ne!(
-            keep_or_mint(&HeaderMap::new()),
-            keep_or_mint(&HeaderMap::new())
+            keep_or_mint(&RequestFields::Map(http::HeaderMap::new())),
+            keep_or_mint(&RequestFields::Map(http::HeaderMap::new()))
         );
     }
 }

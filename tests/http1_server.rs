@@ -339,3 +339,69 @@ async fn a_malformed_head_gets_hyper_s_400_and_connection_close_is_honoured() {
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.ends_with("\r\n\r\nok"), "{text}");
 }
+
+/// The fields of each request an upstream got, as hyper read them.
+async fn recording_upstream() -> (
+    TestUpstream,
+    tokio::sync::mpsc::UnboundedReceiver<http::HeaderMap>,
+) {
+    let (seen, received) = tokio::sync::mpsc::unbounded_channel();
+    let upstream = TestUpstream::start(move |request| {
+        let _ = seen.send(request.headers().clone());
+        async { Response::new(full("ok")) }
+    })
+    .await;
+    (upstream, received)
+}
+
+#[tokio::test]
+async fn the_clients_fields_reach_the_upstream_as_they_do_through_hyper() {
+    let (upstream, mut seen) = recording_upstream().await;
+    let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
+    // Mixed case, hop-by-hop fields, a spoofed X-Forwarded-For, two Cookie lines, a line
+    // ended by a bare LF. `Connection: keep-alive` alone is served here; naming a field in it
+    // leaves the same request to hyper.
+    let fields = "Host: api.example.com\r\nKeep-Alive: timeout=5\r\nX-End-To-End: kept\r\n\
+                  PROXY-Authorization: Basic abc\r\nTrailer: x-sum\r\nCookie: a=1\r\n\
+                  X-Forwarded-For: 203.0.113.9\r\nx-request-id: trace-own\r\nX-Bare: lf\n\
+                  cookie: b=2\r\nX-Forwarded-Proto: gopher\r\nX-Last: 1\r\n";
+    let mut received = Vec::new();
+    for connection in ["keep-alive", "keep-alive, x-hop"] {
+        let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
+        let request = format!("GET /f HTTP/1.1\r\nConnection: {connection}\r\n{fields}\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let answer = read_answer(&mut stream, &mut BytesMut::new()).await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        assert_eq!(answer.one("x-request-id"), "trace-own");
+        received.push(seen.recv().await.expect("the upstream saw the request"));
+    }
+    let [own, hyper] = &received[..] else {
+        panic!("{received:?}")
+    };
+    assert_eq!(own, hyper);
+    for gone in [
+        "connection",
+        "keep-alive",
+        "proxy-authorization",
+        "trailer",
+        "x-hop",
+    ] {
+        assert!(
+            own.get(gone).is_none(),
+            "{gone} reached the upstream: {own:?}"
+        );
+    }
+    let values = |name: &str| {
+        own.get_all(name)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(values("cookie"), ["a=1", "b=2"]);
+    assert_eq!(values("x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(values("x-forwarded-proto"), ["http"]);
+    assert_eq!(values("x-request-id"), ["trace-own"]);
+    assert_eq!(values("x-bare"), ["lf"]);
+    assert_eq!(values("x-last"), ["1"]);
+    assert_eq!(values("host"), ["api.example.com"]);
+}

@@ -1,6 +1,15 @@
 use super::*;
-use http::HeaderValue;
+use crate::request_fields::tests::lines_like;
+use http::{HeaderMap, HeaderValue};
 use proptest::prelude::*;
+
+/// `p`'s answer for `peer` and `map`, the same whether hyper's map or the own server's
+/// lines carry the fields.
+fn resolve(p: &ClientIpPolicy, peer: IpAddr, map: &HeaderMap) -> ClientIp {
+    let from_map = p.resolve(peer, &RequestFields::Map(map.clone()));
+    assert_eq!(p.resolve(peer, &lines_like(map)), from_map, "{map:?}");
+    from_map
+}
 
 fn policy(trusted: &[&str], header: ForwardHeader) -> ClientIpPolicy {
     ClientIpPolicy {
@@ -28,7 +37,11 @@ fn ip(text: &str) -> IpAddr {
 #[test]
 fn an_untrusted_peer_is_the_client_whatever_it_claims() {
     let p = policy(&["10.0.0.0/8"], ForwardHeader::XForwardedFor);
-    let resolved = p.resolve(ip("203.0.113.7"), &headers("x-forwarded-for", &["1.1.1.1"]));
+    let resolved = resolve(
+        &p,
+        ip("203.0.113.7"),
+        &headers("x-forwarded-for", &["1.1.1.1"]),
+    );
     assert_eq!(
         resolved,
         ClientIp {
@@ -43,14 +56,15 @@ fn the_rightmost_untrusted_hop_is_the_client() {
     let p = policy(&["10.0.0.0/8"], ForwardHeader::XForwardedFor);
     // The client wrote 6.6.6.6 itself; 198.51.100.4 connected to our trusted 10.0.0.2.
     let h = headers("x-forwarded-for", &["6.6.6.6, 198.51.100.4", "10.0.0.2"]);
-    assert_eq!(p.resolve(ip("10.0.0.1"), &h).ip, ip("198.51.100.4"));
+    assert_eq!(resolve(&p, ip("10.0.0.1"), &h).ip, ip("198.51.100.4"));
 }
 
 #[test]
 fn every_hop_trusted_gives_the_leftmost_and_no_header_gives_the_peer() {
     let p = policy(&["10.0.0.0/8"], ForwardHeader::XForwardedFor);
     assert_eq!(
-        p.resolve(
+        resolve(
+            &p,
             ip("10.0.0.1"),
             &headers("x-forwarded-for", &["10.0.0.9, 10.0.0.8"])
         )
@@ -58,7 +72,7 @@ fn every_hop_trusted_gives_the_leftmost_and_no_header_gives_the_peer() {
         ip("10.0.0.9")
     );
     assert_eq!(
-        p.resolve(ip("10.0.0.1"), &HeaderMap::new()).ip,
+        resolve(&p, ip("10.0.0.1"), &HeaderMap::new()).ip,
         ip("10.0.0.1")
     );
 }
@@ -67,9 +81,9 @@ fn every_hop_trusted_gives_the_leftmost_and_no_header_gives_the_peer() {
 fn garbage_stops_the_walk_at_the_last_good_hop() {
     let p = policy(&["10.0.0.0/8"], ForwardHeader::XForwardedFor);
     let h = headers("x-forwarded-for", &["198.51.100.4, not-an-ip, 10.0.0.3"]);
-    assert_eq!(p.resolve(ip("10.0.0.1"), &h).ip, ip("10.0.0.3"));
+    assert_eq!(resolve(&p, ip("10.0.0.1"), &h).ip, ip("10.0.0.3"));
     let h = headers("x-forwarded-for", &["198.51.100.4, unknown"]);
-    assert_eq!(p.resolve(ip("10.0.0.1"), &h).ip, ip("10.0.0.1"));
+    assert_eq!(resolve(&p, ip("10.0.0.1"), &h).ip, ip("10.0.0.1"));
 }
 
 #[test]
@@ -89,7 +103,7 @@ fn ports_brackets_mapped_addresses_and_spaces_are_normalised() {
     for (entry, expected) in cases {
         let h = headers("x-forwarded-for", &[&format!("{entry}, 10.0.0.5")]);
         assert_eq!(
-            p.resolve(ip("::ffff:10.0.0.1"), &h).ip,
+            resolve(&p, ip("::ffff:10.0.0.1"), &h).ip,
             ip(expected),
             "{entry}"
         );
@@ -106,21 +120,21 @@ fn forwarded_header_with_quoted_ipv6_ports_and_other_parameters() {
             "for=10.0.0.2",
         ],
     );
-    assert_eq!(p.resolve(ip("10.0.0.1"), &h).ip, ip("2001:db8:cafe::17"));
+    assert_eq!(resolve(&p, ip("10.0.0.1"), &h).ip, ip("2001:db8:cafe::17"));
     let h = headers("forwarded", &[r#"for="_hidden", for=10.0.0.2"#]);
-    assert_eq!(p.resolve(ip("10.0.0.1"), &h).ip, ip("10.0.0.2"));
+    assert_eq!(resolve(&p, ip("10.0.0.1"), &h).ip, ip("10.0.0.2"));
     let h = headers(
         "forwarded",
         &[r#"for=198.51.100.1;host="a,b", for=10.0.0.2"#],
     );
-    assert_eq!(p.resolve(ip("10.0.0.1"), &h).ip, ip("198.51.100.1"));
+    assert_eq!(resolve(&p, ip("10.0.0.1"), &h).ip, ip("198.51.100.1"));
 }
 
 #[test]
 fn x_real_ip_takes_the_nearest_line_only() {
     let p = policy(&["10.0.0.0/8"], ForwardHeader::XRealIp);
     let h = headers("x-real-ip", &["6.6.6.6", "198.51.100.4"]);
-    assert_eq!(p.resolve(ip("10.0.0.1"), &h).ip, ip("198.51.100.4"));
+    assert_eq!(resolve(&p, ip("10.0.0.1"), &h).ip, ip("198.51.100.4"));
 }
 
 #[test]
@@ -130,7 +144,7 @@ fn the_walk_is_bounded() {
         .chain((0..100).map(|i| format!("10.0.{i}.1")))
         .collect();
     let h = headers("x-forwarded-for", &[&chain.join(", ")]);
-    let resolved = p.resolve(ip("10.0.0.1"), &h).ip;
+    let resolved = resolve(&p, ip("10.0.0.1"), &h).ip;
     assert!(
         p.trusted_proxies.contains(resolved),
         "walked past {MAX_HOPS} hops"
@@ -206,7 +220,7 @@ proptest! {
         if let Ok(value) = HeaderValue::from_bytes(&bytes) {
             let mut h = HeaderMap::new();
             h.insert(header.name(), value);
-            let _ = p.resolve(ip("10.0.0.1"), &h);
+            let _ = resolve(&p, ip("10.0.0.1"), &h);
         }
     }
 
@@ -231,7 +245,7 @@ proptest! {
         let plain: Vec<Hop> = hops.into_iter().map(|(h, _)| h).collect();
         // Garbage that happens to contain a comma-free valid address would differ from the model.
         prop_assume!(plain.iter().all(|h| !matches!(h, Hop::Garbage(g) if parse_node(g).is_some() || g.trim().is_empty())));
-        let resolved = p.resolve(peer, &h).ip;
+        let resolved = resolve(&p, peer, &h).ip;
         prop_assert_eq!(resolved, model(peer, &plain));
         let untrusted_before_garbage = plain.iter().rev().take(MAX_HOPS).take_while(|h| !matches!(h, Hop::Garbage(_))).any(|h| matches!(h, Hop::Untrusted(_)));
         if untrusted_before_garbage {

@@ -6,8 +6,10 @@
 use std::hash::Hasher;
 use std::net::IpAddr;
 
-use http::{HeaderMap, HeaderName, Method};
+use http::{HeaderName, Method};
 use siphasher::sip128::{Hasher128, SipHasher13};
+
+use crate::request_fields::{RequestFields, visible_text};
 
 /// One part of a limit key, as written in `key = [...]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +97,7 @@ pub struct RequestFacts<'a> {
     pub host: Option<&'a str>,
     pub path: &'a str,
     pub query: Option<&'a str>,
-    pub headers: &'a HeaderMap,
+    pub fields: &'a RequestFields,
 }
 
 impl RequestFacts<'_> {
@@ -108,9 +110,9 @@ impl RequestFacts<'_> {
             KeyPart::Host => PartValue::Text(self.host?.as_bytes()),
             KeyPart::Path => PartValue::Text(self.path.as_bytes()),
             KeyPart::Global => PartValue::Text(b""),
-            KeyPart::Header(name) => PartValue::Text(self.headers.get(name)?.as_bytes()),
+            KeyPart::Header(name) => PartValue::Text(self.fields.get(name)?),
             KeyPart::Query(name) => PartValue::Text(query_value(self.query?, name)?.as_bytes()),
-            KeyPart::Cookie(name) => PartValue::Text(cookie_value(self.headers, name)?.as_bytes()),
+            KeyPart::Cookie(name) => PartValue::Text(cookie_value(self.fields, name)?.as_bytes()),
         })
     }
 }
@@ -129,11 +131,10 @@ fn query_value<'q>(query: &'q str, name: &str) -> Option<&'q str> {
 }
 
 /// The first cookie called `name` across Cookie header lines.
-fn cookie_value<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
-    headers
-        .get_all(http::header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
+fn cookie_value<'h>(fields: &'h RequestFields, name: &str) -> Option<&'h str> {
+    fields
+        .get_all(&http::header::COOKIE)
+        .filter_map(visible_text)
         .find_map(|line| {
             line.split(';').find_map(|pair| {
                 let (key, value) = pair.trim().split_once('=')?;
@@ -223,7 +224,7 @@ fn write_field(hasher: &mut SipHasher13, tag: u8, bytes: &[u8]) {
 mod tests {
     use super::*;
 
-    fn facts<'a>(headers: &'a HeaderMap, query: Option<&'a str>) -> RequestFacts<'a> {
+    fn facts<'a>(fields: &'a RequestFields, query: Option<&'a str>) -> RequestFacts<'a> {
         RequestFacts {
             client_ip: "198.51.100.7".parse().unwrap(),
             route: "search",
@@ -231,7 +232,7 @@ mod tests {
             host: Some("api.example.com"),
             path: "/v1/search",
             query,
-            headers,
+            fields,
         }
     }
 
@@ -264,10 +265,17 @@ mod tests {
 
     #[test]
     fn extracts_headers_queries_and_cookies() {
-        let mut headers = HeaderMap::new();
+        let mut headers = http::HeaderMap::new();
         headers.insert("x-api-key", "k-123".parse().unwrap());
         headers.append("cookie", "a=1; session=s-9".parse().unwrap());
-        let f = facts(&headers, Some("q=rust&key=abc&empty="));
+        let lines = crate::request_fields::tests::lines_like(&headers);
+        for fields in [RequestFields::Map(headers), lines] {
+            extracts_from(&fields);
+        }
+    }
+
+    fn extracts_from(fields: &RequestFields) {
+        let f = facts(fields, Some("q=rust&key=abc&empty="));
         assert_eq!(
             text(f.value(&KeyPart::parse("header:x-api-key").unwrap())),
             Some("k-123".into())

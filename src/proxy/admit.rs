@@ -6,10 +6,10 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Response};
 
 use super::Runtime;
-use super::upstream::UpstreamBody;
+use super::request::ProxyRequest;
 use crate::client_ip::ClientIp;
 use crate::clock::Nanos;
 use crate::edge::EdgeVerdict;
@@ -39,7 +39,7 @@ pub enum Admission {
 pub async fn admit(
     runtime: &Runtime,
     route: &Route,
-    request: &Request<UpstreamBody>,
+    request: &ProxyRequest,
     host: Option<&str>,
     client: ClientIp,
     request_id: &HeaderValue,
@@ -62,11 +62,11 @@ pub async fn admit(
     let facts = RequestFacts {
         client_ip: grouped,
         route: &route.name,
-        method: request.method(),
+        method: &request.method,
         host,
-        path: request.uri().path(),
-        query: request.uri().query(),
-        headers: request.headers(),
+        path: request.uri.path(),
+        query: request.uri.query(),
+        fields: &request.fields,
     };
     // A route without limits asks no store: nothing to time or record.
     let timing = !route.limits.rules.is_empty();

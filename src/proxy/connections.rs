@@ -14,7 +14,7 @@ use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::{Method, Request, Response, Uri};
+use http::{Method, Response, Uri};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{Either, Empty};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::headers::SetFields;
 use super::http1::{Connection, ExchangeError, Framing, ResponseHead, Stream, Upgraded};
-use super::upstream::{UpstreamBody, UpstreamPool};
+use super::upstream::{UpstreamBody, UpstreamHead, UpstreamPool};
 use crate::upstream_fields::UpstreamFields;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -93,25 +93,23 @@ impl Connections {
         &self.idle[server * self.workers + worker]
     }
 
-    /// Sends `request` (origin-form target, Host set) to server `server`, reached at `address`
-    /// (scheme and authority), and reads the response head, all by `deadline`.
+    /// Sends a request with `head` (Host set) and `body` to server `server`, reached at
+    /// `address` (scheme and authority), and reads the response head, all by `deadline`.
     // An `async move` block, not an `async fn`: see `proxy::handle`.
     pub fn send(
         &self,
         server: usize,
         address: &Uri,
-        request: Request<UpstreamBody>,
+        (head, mut body): (UpstreamHead, UpstreamBody),
         set: SetFields,
         deadline: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> {
-        // Taken apart before the block: its state holds the parts, not the request as well.
         let idle = self.idle_list(server);
-        let (parts, mut body) = request.into_parts();
-        let replayable = may_send_again(&parts.method, &body, set.upgrade.is_some());
+        let replayable = may_send_again(&head.method, &body, set.upgrade.is_some());
         async move {
             while let Some(mut connection) = idle.take_open() {
-                match connection.exchange(&parts, &set, body, deadline).await {
-                    Ok(head) => return Ok(pooled(head, connection, idle)),
+                match connection.exchange(&head, &set, body, deadline).await {
+                    Ok(answer) => return Ok(pooled(answer, connection, idle)),
                     Err(error) if replayable && error.is_close_before_answer() => {
                         tracing::debug!(%error, "pooled upstream connection was closed; sending again");
                         body = Either::Right(Empty::new());
@@ -123,8 +121,8 @@ impl Connections {
             // every request's future stays small (futures are moved, byte by byte, as they go).
             let connecting = tokio::time::timeout_at(deadline, Box::pin(self.connect(address)));
             let mut connection = connecting.await.map_err(|_| SendError::Timeout)??;
-            let head = connection.exchange(&parts, &set, body, deadline).await?;
-            Ok(pooled(head, connection, idle))
+            let answer = connection.exchange(&head, &set, body, deadline).await?;
+            Ok(pooled(answer, connection, idle))
         }
     }
 
@@ -358,8 +356,9 @@ mod tests {
     }
 
     async fn exchange(pool: &UpstreamPool) {
-        let request = Request::get("/").body(Either::Right(Empty::new())).unwrap();
+        let head = UpstreamHead::get("/");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let request = (head, Either::Right(Empty::new()));
         let response = pool.send(0, request, SetFields::default(), deadline).await;
         let body = response.unwrap().into_body().collect().await.unwrap();
         assert!(!body.to_bytes().is_empty());

@@ -6,7 +6,7 @@ use futures_util::FutureExt;
 use futures_util::future::Either as FutureEither;
 use http::header::UPGRADE;
 use http::uri::PathAndQuery;
-use http::{HeaderMap, Method, Request, Response, StatusCode, Uri, Version};
+use http::{Response, StatusCode};
 use http_body_util::{Either, Empty};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
@@ -14,7 +14,8 @@ use hyper_util::rt::TokioIo;
 use super::connections::{PooledBody, SendError, may_send_again};
 use super::headers::{self, Forwarded, SetFields};
 use super::http1::Upgraded;
-use super::upstream::{UpstreamBody, UpstreamPool};
+use super::request::ProxyRequest;
+use super::upstream::{UpstreamBody, UpstreamHead, UpstreamPool};
 use crate::respond::{GatewayError, ResponseBody};
 
 /// Forwards `request` to a server of `pool`.
@@ -25,35 +26,40 @@ use crate::respond::{GatewayError, ResponseBody};
 /// this function's own.
 pub fn forward<'r>(
     pool: &'r UpstreamPool,
-    mut request: Request<UpstreamBody>,
+    request: ProxyRequest,
     forwarded: &Forwarded<'_>,
     served_by: &mut Option<&'r str>,
 ) -> impl Future<Output = Result<Response<ResponseBody>, GatewayError>> {
-    let upgrade = headers::wants_upgrade(request.headers()).then(|| {
-        let protocol = request.headers().get(UPGRADE).cloned();
-        (hyper::upgrade::on(&mut request), protocol)
-    });
-    let (mut parts, body) = request.into_parts();
-    let (client_upgrade, protocol) = upgrade.unzip();
-    let set = headers::to_upstream(&mut parts.headers, forwarded, protocol.flatten());
-    let path = parts
-        .uri
+    let ProxyRequest {
+        method,
+        uri,
+        mut fields,
+        upgrade,
+        body,
+    } = request;
+    let wants_upgrade = headers::wants_upgrade(&fields);
+    let protocol = wants_upgrade.then(|| fields.value(&UPGRADE)).flatten();
+    let client_upgrade = upgrade.filter(|_| wants_upgrade);
+    let set = headers::to_upstream(&mut fields, forwarded, protocol);
+    let target = uri
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let retryable = may_send_again(&parts.method, &body, client_upgrade.is_some());
-    // Only a retryable request needs its fields kept for a second attempt; boxed, as the
+    let retryable = may_send_again(&method, &body, wants_upgrade);
+    let head = UpstreamHead {
+        method,
+        target,
+        fields,
+    };
+    // Only a retryable request needs its head kept for a second attempt; boxed, as the
     // attempt itself is.
-    let retry = (retryable && pool.servers.len() > 1).then(|| {
-        let fields = (parts.headers.clone(), set.clone());
-        Box::new((parts.method.clone(), path.clone(), fields))
-    });
+    let retry =
+        (retryable && pool.servers.len() > 1).then(|| Box::new((head.clone(), set.clone())));
     let Some(first) = pool.pick(None) else {
         return FutureEither::Left(std::future::ready(Err(no_healthy_server(pool))));
     };
     *served_by = Some(&pool.servers[first].label);
-    let fields = (parts.headers, set);
-    let first_attempt = send(pool, first, parts.method, path, fields, body);
+    let first_attempt = send(pool, first, (head, body), set);
     // `then`, not an `async move` block awaiting the attempt: a block would hold the attempt
     // twice, as its capture and as what it awaits.
     FutureEither::Right(first_attempt.then(move |result| async move {
@@ -64,9 +70,9 @@ pub fn forward<'r>(
                 };
                 *served_by = Some(&pool.servers[second].label);
                 tracing::debug!(upstream = %pool.name, error = %error, "retrying on another server");
-                let (method, path, fields) = *retry;
+                let (head, set) = *retry;
                 // Boxed, as rare: a second `send` inline would double this future's size.
-                let retry = send(pool, second, method, path, fields, Either::Right(Empty::new()));
+                let retry = send(pool, second, (head, Either::Right(Empty::new())), set);
                 Box::pin(retry).await?
             }
             other => other?,
@@ -79,16 +85,9 @@ pub fn forward<'r>(
 fn send(
     pool: &UpstreamPool,
     server: usize,
-    method: Method,
-    path: PathAndQuery,
-    (headers, set): (HeaderMap, SetFields),
-    body: UpstreamBody,
+    request: (UpstreamHead, UpstreamBody),
+    set: SetFields,
 ) -> impl Future<Output = Result<Response<PooledBody>, GatewayError>> {
-    let mut request = Request::new(body);
-    *request.method_mut() = method;
-    *request.uri_mut() = Uri::from(path);
-    *request.version_mut() = Version::HTTP_11;
-    *request.headers_mut() = headers;
     let in_flight = pool.begin(server);
     let deadline = tokio::time::Instant::now() + pool.response_timeout;
     pool.send(server, request, set, deadline)

@@ -4,6 +4,7 @@
 use http::header::{CONNECTION, HOST, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
+use crate::request_fields::{RequestFields, visible_text};
 use crate::request_id::X_REQUEST_ID;
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -31,10 +32,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {
-    !matches!(
-        role(name.as_str().as_bytes()),
-        Role::EndToEnd | Role::ContentLength
-    )
+    role(name.as_str().as_bytes()).is_hop_by_hop()
 }
 
 /// What a field is to a proxy (RFC 9110 §7.6.1): the one definition of the hop-by-hop set,
@@ -48,6 +46,13 @@ pub(crate) enum Role {
     Upgrade,
     /// Keep-Alive, TE, Trailer, Proxy-*: for this connection only.
     HopByHop,
+}
+
+impl Role {
+    /// For this connection only: never forwarded.
+    pub(crate) fn is_hop_by_hop(self) -> bool {
+        !matches!(self, Role::EndToEnd | Role::ContentLength)
+    }
 }
 
 /// `name`'s role, in any case. By length and first letter: most names differ from all of
@@ -71,16 +76,15 @@ pub(crate) fn role(name: &[u8]) -> Role {
 }
 
 /// True when the request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
-pub fn wants_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(UPGRADE) && connection_has(headers, "upgrade")
+pub fn wants_upgrade(fields: &RequestFields) -> bool {
+    fields.contains(&UPGRADE) && connection_has(fields, "upgrade")
 }
 
 /// True when a `Connection` field lists `token` (case-insensitive, over every line).
-pub fn connection_has(headers: &HeaderMap, token: &str) -> bool {
-    headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
+pub fn connection_has(fields: &RequestFields, token: &str) -> bool {
+    fields
+        .get_all(&CONNECTION)
+        .filter_map(visible_text)
         .flat_map(|list| list.split(','))
         .any(|item| item.trim().eq_ignore_ascii_case(token))
 }
@@ -116,11 +120,15 @@ pub struct SetFields {
 impl SetFields {
     /// True for a client field that the gateway's own replaces: whatever a client says about
     /// who forwarded it never reaches the upstream unchecked.
-    pub fn replaces(name: &HeaderName) -> bool {
-        matches!(
-            name.as_str(),
-            "x-forwarded-for" | "x-forwarded-host" | "x-forwarded-proto" | "x-request-id"
-        )
+    pub fn replaces(name: &[u8]) -> bool {
+        let is = |known: &HeaderName| name.eq_ignore_ascii_case(known.as_str().as_bytes());
+        match name.len() {
+            12 => is(&X_REQUEST_ID),
+            15 => is(&X_FORWARDED_FOR),
+            16 => is(&X_FORWARDED_HOST),
+            17 => is(&X_FORWARDED_PROTO),
+            _ => false,
+        }
     }
 
     /// The fields, in the order they are written.
@@ -145,21 +153,18 @@ fn bytes(field: &Option<HeaderValue>) -> Option<&[u8]> {
 
 /// Strips the client's hop-by-hop fields in place and returns the fields the gateway sets.
 pub fn to_upstream(
-    headers: &mut HeaderMap,
+    fields: &mut RequestFields,
     forwarded: &Forwarded<'_>,
     upgrade: Option<HeaderValue>,
 ) -> SetFields {
-    strip_hop_by_hop(headers);
+    fields.strip_hop_by_hop();
     let forwarded_for = if forwarded.peer_trusted {
-        forwarded_for_chain(headers, forwarded.peer)
+        forwarded_for_chain(fields, forwarded.peer)
     } else {
         forwarded.peer.clone()
     };
     SetFields {
-        host: forwarded
-            .host
-            .filter(|_| !headers.contains_key(HOST))
-            .cloned(),
+        host: forwarded.host.filter(|_| !fields.contains(&HOST)).cloned(),
         forwarded_host: forwarded.host.cloned(),
         forwarded_for: Some(forwarded_for),
         forwarded_proto: Some(forwarded.proto),
@@ -169,10 +174,10 @@ pub fn to_upstream(
 }
 
 /// Every existing X-Forwarded-For line joined into one, then `peer`.
-fn forwarded_for_chain(headers: &HeaderMap, peer: &HeaderValue) -> HeaderValue {
+fn forwarded_for_chain(fields: &RequestFields, peer: &HeaderValue) -> HeaderValue {
     let mut value = String::new();
-    for line in headers.get_all(X_FORWARDED_FOR) {
-        if let Ok(text) = line.to_str() {
+    for line in fields.get_all(&X_FORWARDED_FOR) {
+        if let Some(text) = visible_text(line) {
             value.push_str(text.trim());
             value.push_str(", ");
         }
@@ -188,16 +193,7 @@ fn forwarded_for_chain(headers: &HeaderMap, peer: &HeaderValue) -> HeaderValue {
 mod tests {
     use super::*;
 
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (name, value) in pairs {
-            map.append(
-                HeaderName::from_bytes(name.as_bytes()).unwrap(),
-                HeaderValue::from_str(value).unwrap(),
-            );
-        }
-        map
-    }
+    use crate::request_fields::tests::map_of as headers;
 
     #[test]
     fn strips_the_fixed_set_the_connection_list_and_proxy_headers() {
@@ -242,12 +238,21 @@ mod tests {
         }
     }
 
+    /// `pairs` as hyper's map and as the own server's lines.
+    fn both(pairs: &[(&str, &str)]) -> [RequestFields; 2] {
+        let map = headers(pairs);
+        let lines = crate::request_fields::tests::lines_like(&map);
+        [RequestFields::Map(map), lines]
+    }
+
     /// The fields as the upstream receives them, through the request head encoder.
-    fn as_sent(map: &HeaderMap, set: &SetFields) -> HeaderMap {
-        let (mut parts, ()) = http::Request::get("/").body(()).unwrap().into_parts();
-        parts.headers = map.clone();
+    fn as_sent(fields: &RequestFields, set: &SetFields) -> HeaderMap {
+        let upstream = crate::proxy::upstream::UpstreamHead {
+            fields: fields.clone(),
+            ..crate::proxy::upstream::UpstreamHead::get("/")
+        };
         let mut head = Vec::new();
-        crate::proxy::http1::encode_head(&mut head, &parts, set, None);
+        crate::proxy::http1::encode_head(&mut head, &upstream, set, None);
         let mut fields = [httparse::EMPTY_HEADER; 32];
         let mut request = httparse::Request::new(&mut fields);
         assert!(request.parse(&head).unwrap().is_complete());
@@ -263,13 +268,18 @@ mod tests {
 
     #[test]
     fn sets_forwarded_headers_and_appends_the_peer() {
-        let mut map = headers(&[
+        for map in both(&[
             ("x-forwarded-for", "203.0.113.1"),
             ("x-forwarded-for", "10.0.0.1"),
             ("x-forwarded-proto", "ftp"),
             ("x-forwarded-host", "spoofed.example"),
             ("x-request-id", "client-id"),
-        ]);
+        ]) {
+            forwarded_fields_are_set(map);
+        }
+    }
+
+    fn forwarded_fields_are_set(mut map: RequestFields) {
         let host = HeaderValue::from_static("api.example.com");
         let id = HeaderValue::from_static("id-1");
         let peer = HeaderValue::from_static("127.0.0.1");
@@ -303,10 +313,19 @@ mod tests {
 
     #[test]
     fn upgrade_is_detected_and_kept_when_asked() {
-        let mut map = headers(&[
+        let asking = both(&[
             ("connection", "keep-alive, Upgrade"),
             ("upgrade", "websocket"),
         ]);
+        for map in asking {
+            upgrade_is_kept(map);
+        }
+        for fields in both(&[("upgrade", "websocket")]) {
+            assert!(!wants_upgrade(&fields));
+        }
+    }
+
+    fn upgrade_is_kept(mut map: RequestFields) {
         assert!(wants_upgrade(&map));
         let id = HeaderValue::from_static("id");
         let peer = HeaderValue::from_static("::1");
@@ -317,12 +336,11 @@ mod tests {
             host: None,
             request_id: &id,
         };
-        let protocol = map.get(UPGRADE).cloned();
+        let protocol = map.value(&UPGRADE);
         let set = to_upstream(&mut map, &forwarded, protocol);
         let sent = as_sent(&map, &set);
         assert_eq!(sent["connection"], "upgrade");
         assert_eq!(sent["upgrade"], "websocket");
         assert_eq!(sent.get_all("connection").iter().count(), 1);
-        assert!(!wants_upgrade(&headers(&[("upgrade", "websocket")])));
     }
 }

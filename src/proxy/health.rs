@@ -1,16 +1,20 @@
 //! Active health checks: every `interval`, GET `path` on each server of an upstream; a 2xx
 //! within `timeout` passes. Verdicts change only after a streak (see `UpstreamPool::record_check`).
 
+use std::str::FromStr;
 use std::sync::Arc;
 
-use http::Request;
+use http::header::USER_AGENT;
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderValue, Method};
 use http_body_util::{BodyExt, Either, Empty};
 use tokio::time::{MissedTickBehavior, timeout};
 use tokio_util::sync::CancellationToken;
 
 use super::headers::SetFields;
-use super::upstream::UpstreamPool;
+use super::upstream::{UpstreamHead, UpstreamPool};
 use crate::config::HealthCheck;
+use crate::request_fields::RequestFields;
 
 /// Starts one checker task per upstream that has a `health_check`; they end on `stop`.
 pub fn spawn_checkers(pools: &[Arc<UpstreamPool>], stop: &CancellationToken) {
@@ -45,12 +49,20 @@ async fn run_checks(pool: Arc<UpstreamPool>, check: HealthCheck, stop: Cancellat
 }
 
 async fn probe(pool: &UpstreamPool, server: usize, check: &HealthCheck) -> bool {
-    let Ok(request) = Request::get(check.path.as_str())
-        .header(http::header::USER_AGENT, "ratelimit-proxy-health-check")
-        .body(Either::Right(Empty::new()))
-    else {
+    let Ok(target) = PathAndQuery::from_str(&check.path) else {
         return false;
     };
+    let mut fields = HeaderMap::new();
+    fields.insert(
+        USER_AGENT,
+        HeaderValue::from_static("ratelimit-proxy-health-check"),
+    );
+    let head = UpstreamHead {
+        method: Method::GET,
+        target,
+        fields: RequestFields::Map(fields),
+    };
+    let request = (head, Either::Right(Empty::new()));
     let deadline = tokio::time::Instant::now() + check.timeout;
     let exchange = async {
         let response = pool

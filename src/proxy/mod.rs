@@ -8,13 +8,14 @@ mod forward;
 pub mod headers;
 mod health;
 pub mod http1;
+pub mod request;
 pub mod upstream;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::HOST;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Response};
 use tokio_util::sync::CancellationToken;
 
 use crate::added_fields::Added;
@@ -32,7 +33,8 @@ use crate::store::redis::RedisStore;
 use admit::Admission;
 use headers::Forwarded;
 use prometheus_client::metrics::histogram::Histogram;
-use upstream::{UpstreamBody, UpstreamPool};
+use request::ProxyRequest;
+use upstream::UpstreamPool;
 
 /// Everything a request needs, built once from a validated config.
 pub struct Runtime {
@@ -206,16 +208,16 @@ struct RequestLog<'r> {
 pub fn handle(
     runtime: Arc<Runtime>,
     client: ClientConnection,
-    request: Request<UpstreamBody>,
+    request: ProxyRequest,
 ) -> impl Future<Output = Response<ResponseBody>> {
     async move {
         let (runtime, client) = (&*runtime, &client);
         let started = std::time::Instant::now();
-        let request_id = request_id::keep_or_mint(request.headers());
+        let request_id = request_id::keep_or_mint(&request.fields);
         // Only the path is logged: query strings may carry API keys.
         let access = runtime
             .access_log
-            .then(|| (request.method().clone(), request.uri().path().to_owned()));
+            .then(|| (request.method.clone(), request.uri.path().to_owned()));
         let mut log = RequestLog::default();
         let mut response = match proxy(runtime, client, request, &request_id, &mut log).await {
             Ok(response) => response,
@@ -252,24 +254,22 @@ pub fn handle(
 fn proxy<'r>(
     runtime: &'r Runtime,
     client: &'r ClientConnection,
-    request: Request<UpstreamBody>,
+    request: ProxyRequest,
     request_id: &HeaderValue,
     log: &mut RequestLog<'r>,
 ) -> impl Future<Output = Result<Response<ResponseBody>, GatewayError>> {
     async move {
         check_header_size(&request, runtime.max_header_bytes)?;
-        let client_ip = runtime
-            .client_ip
-            .resolve(client.peer.ip(), request.headers());
+        let client_ip = runtime.client_ip.resolve(client.peer.ip(), &request.fields);
         log.client_ip = Some(client_ip.ip);
         let host = request_host(&request);
         let host_name = host.as_ref().and_then(|h| h.to_str().ok());
         let route = runtime
             .router
-            .find(host_name, request.uri().path(), request.method())
+            .find(host_name, request.uri.path(), &request.method)
             .ok_or_else(|| GatewayError::NoRoute {
-                method: request.method().clone(),
-                path: request.uri().path().to_string(),
+                method: request.method.clone(),
+                path: request.uri.path().to_string(),
             })?;
         log.route = Some(&route.name);
         let route_metrics = &runtime.route_metrics[route.index];
@@ -322,11 +322,11 @@ fn proxy<'r>(
 }
 
 /// The Host header, or the HTTP/2 `:authority`.
-fn request_host(request: &Request<UpstreamBody>) -> Option<HeaderValue> {
-    match request.headers().get(HOST) {
-        Some(host) => Some(host.clone()),
+fn request_host(request: &ProxyRequest) -> Option<HeaderValue> {
+    match request.fields.value(&HOST) {
+        Some(host) => Some(host),
         None => request
-            .uri()
+            .uri
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
     }
@@ -334,19 +334,11 @@ fn request_host(request: &Request<UpstreamBody>) -> Option<HeaderValue> {
 
 /// Enforces `max_header_bytes` on the request line and headers together. hyper's own buffer
 /// limit (set larger) stops anything far beyond it before it is parsed.
-fn check_header_size(request: &Request<UpstreamBody>, limit: usize) -> Result<(), GatewayError> {
-    let line = request.method().as_str().len()
-        + request
-            .uri()
-            .path_and_query()
-            .map_or(1, |p| p.as_str().len())
+fn check_header_size(request: &ProxyRequest, limit: usize) -> Result<(), GatewayError> {
+    let line = request.method.as_str().len()
+        + request.uri.path_and_query().map_or(1, |p| p.as_str().len())
         + 12;
-    let fields: usize = request
-        .headers()
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len() + 4)
-        .sum();
-    if line + fields > limit {
+    if line + request.fields.encoded_size() > limit {
         return Err(GatewayError::HeadersTooLarge { limit });
     }
     Ok(())

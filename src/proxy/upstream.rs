@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::HOST;
-use http::{HeaderValue, Request, Response, Uri};
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderValue, Method, Response, Uri};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
@@ -16,11 +17,33 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use super::connections::{Connections, PooledBody, SendError};
 use super::headers::SetFields;
 use crate::config::{Balance, HealthCheck, UpstreamConfig, UpstreamServer};
+use crate::request_fields::RequestFields;
 use crate::tls::upstream::client_config;
 
 /// Body sent upstream: the client's streamed body, or nothing (retries, health checks, and
 /// the bodiless requests the gateway's own HTTP/1.1 server reads).
 pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
+
+/// A request head as it goes upstream: the client's fields, to which the gateway's own are
+/// added as it is written (`SetFields`).
+#[derive(Clone, Debug)]
+pub struct UpstreamHead {
+    pub method: Method,
+    /// Origin-form.
+    pub target: PathAndQuery,
+    pub fields: RequestFields,
+}
+
+impl UpstreamHead {
+    /// A GET of `target` with no fields.
+    pub fn get(target: &'static str) -> UpstreamHead {
+        UpstreamHead {
+            method: Method::GET,
+            target: PathAndQuery::from_static(target),
+            fields: RequestFields::Map(HeaderMap::new()),
+        }
+    }
+}
 
 /// One server and what the gateway currently knows about it.
 #[derive(Debug)]
@@ -103,18 +126,18 @@ impl UpstreamPool {
         }
     }
 
-    /// Sends `request` (origin-form target) with the fields in `set` to `server` on a pooled
-    /// keep-alive connection; a request without Host (HTTP/1.0) gets the server's authority.
-    /// The response head must come by `deadline`.
+    /// Sends `request` with the fields in `set` to `server` on a pooled keep-alive
+    /// connection; a request without Host (HTTP/1.0) gets the server's authority. The
+    /// response head must come by `deadline`.
     pub fn send(
         &self,
         server: usize,
-        request: Request<UpstreamBody>,
+        request: (UpstreamHead, UpstreamBody),
         mut set: SetFields,
         deadline: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> + '_ {
         let target = &self.servers[server];
-        if set.host.is_none() && !request.headers().contains_key(HOST) {
+        if set.host.is_none() && !request.0.fields.contains(&HOST) {
             set.host = Some(target.host.clone());
         }
         self.connections

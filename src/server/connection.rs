@@ -19,7 +19,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use futures_util::FutureExt;
-use http_body_util::Either;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -29,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::http1::{self, Close, Watch};
 use super::only_when_woken::OnlyWhenWoken;
+use crate::proxy::request::ProxyRequest;
 use crate::proxy::{self, ClientConnection, Runtime};
 use crate::respond::ResponseBody;
 
@@ -152,7 +152,7 @@ pub async fn serve<S>(
         // One snapshot per request: a reload never changes a request halfway. `map`, not an
         // `async move` block: a block would hold the request as its capture and again inside
         // `handle`'s future (see `proxy::handle`).
-        let request = request.map(Either::Left);
+        let request = ProxyRequest::from_hyper(request);
         proxy::handle(runtime.load_full(), client.clone(), request).map(move |response| {
             drop(answering);
             Ok::<_, Infallible>(ResponseBody::with_fields_in_headers(response))

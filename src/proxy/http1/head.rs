@@ -4,14 +4,13 @@
 use std::mem::MaybeUninit;
 
 use bytes::{Buf, BytesMut};
-use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::request::Parts;
 use http::{Response, StatusCode, Version};
 
 use super::body::{Chunk, Framing};
 use super::fields::ReadFields;
 use super::{ExchangeError, MAX_HEAD_BYTES, ResponseHead};
-use crate::proxy::headers::SetFields;
+use crate::proxy::headers::{Role, SetFields, role};
+use crate::proxy::upstream::UpstreamHead;
 
 /// Most fields in one response head.
 const MAX_HEADERS: usize = 128;
@@ -81,28 +80,19 @@ fn read_fields(
 /// `Some(Some(n))` for `n` bytes.
 pub(crate) fn encode_head(
     buf: &mut Vec<u8>,
-    parts: &Parts,
+    head: &UpstreamHead,
     set: &SetFields,
     length: Option<Option<u64>>,
 ) {
-    buf.extend_from_slice(parts.method.as_str().as_bytes());
+    buf.extend_from_slice(head.method.as_str().as_bytes());
     buf.push(b' ');
-    let target = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |target| target.as_str());
-    buf.extend_from_slice(target.as_bytes());
+    buf.extend_from_slice(head.target.as_str().as_bytes());
     buf.extend_from_slice(b" HTTP/1.1\r\n");
     let framed_here = length.is_some();
-    for (name, value) in &parts.headers {
-        if framed_here && (name == CONTENT_LENGTH || name == TRANSFER_ENCODING) {
-            continue;
-        }
-        if SetFields::replaces(name) {
-            continue;
-        }
-        encode_field(buf, name.as_str(), value.as_bytes());
-    }
+    let framing = |name: &[u8]| matches!(role(name), Role::ContentLength | Role::TransferEncoding);
+    head.fields.encode(buf, |name| {
+        !(SetFields::replaces(name) || framed_here && framing(name))
+    });
     for (name, value) in set.iter() {
         encode_field(buf, name.as_str(), value);
     }
@@ -186,6 +176,9 @@ pub(super) fn parse_decimal(text: &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    use crate::request_fields::RequestFields;
+    use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 
     use super::super::body::decode;
 
@@ -536,30 +529,30 @@ mod tests {
 
     #[test]
     fn the_request_head_carries_the_framing_of_its_body() {
-        let (mut parts, ()) = http::Request::post("/v1/orders?id=7")
-            .header("host", "api")
-            .header("content-length", "999")
-            .body(())
-            .unwrap()
-            .into_parts();
-        let head = |parts: &Parts, length| {
+        let mut fields = http::HeaderMap::new();
+        fields.insert(http::header::HOST, http::HeaderValue::from_static("api"));
+        fields.insert(CONTENT_LENGTH, http::HeaderValue::from_static("999"));
+        let upstream = |fields: &http::HeaderMap| UpstreamHead {
+            method: http::Method::POST,
+            target: http::uri::PathAndQuery::from_static("/v1/orders?id=7"),
+            fields: RequestFields::Map(fields.clone()),
+        };
+        let head = |fields: &http::HeaderMap, length| {
             let mut buf = Vec::new();
-            encode_head(&mut buf, parts, &SetFields::default(), length);
+            encode_head(&mut buf, &upstream(fields), &SetFields::default(), length);
             String::from_utf8(buf).unwrap()
         };
         assert_eq!(
-            head(&parts, Some(Some(3))),
+            head(&fields, Some(Some(3))),
             "POST /v1/orders?id=7 HTTP/1.1\r\nhost: api\r\ncontent-length: 3\r\n\r\n"
         );
         assert_eq!(
-            head(&parts, Some(None)),
+            head(&fields, Some(None)),
             "POST /v1/orders?id=7 HTTP/1.1\r\nhost: api\r\ntransfer-encoding: chunked\r\n\r\n"
         );
-        parts
-            .headers
-            .insert(CONTENT_LENGTH, http::HeaderValue::from_static("0"));
+        fields.insert(CONTENT_LENGTH, http::HeaderValue::from_static("0"));
         assert_eq!(
-            head(&parts, None),
+            head(&fields, None),
             "POST /v1/orders?id=7 HTTP/1.1\r\nhost: api\r\ncontent-length: 0\r\n\r\n"
         );
         let mut size = [0u8; 16];

@@ -13,14 +13,13 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
 
 use bytes::{Bytes, BytesMut};
-use http::request::Parts;
 use http::{HeaderMap, Method, Response, StatusCode};
 use http_body::{Body, Frame};
 use tokio::io::AsyncWrite;
 use tokio::time::{Instant, Sleep};
 
 use super::headers::SetFields;
-use super::upstream::UpstreamBody;
+use super::upstream::{UpstreamBody, UpstreamHead};
 use crate::upstream_fields::UpstreamFields;
 
 mod body;
@@ -178,7 +177,7 @@ impl Connection {
     /// answers other than 101 are skipped.
     pub async fn exchange(
         &mut self,
-        parts: &Parts,
+        head: &UpstreamHead,
         set: &SetFields,
         body: UpstreamBody,
         deadline: Instant,
@@ -187,14 +186,14 @@ impl Connection {
         if self.timer.deadline() > deadline {
             self.timer.as_mut().reset(deadline);
         }
-        self.start(parts, set, body);
+        self.start(head, set, body);
         let wants_upgrade = set.upgrade.is_some();
-        let head_request = parts.method == Method::HEAD;
+        let head_request = head.method == Method::HEAD;
         std::future::poll_fn(|cx| self.poll_head(cx, head_request, wants_upgrade)).await
     }
 
     /// Encodes the request head; the body goes out as the exchange is polled.
-    fn start(&mut self, parts: &Parts, set: &SetFields, body: UpstreamBody) {
+    fn start(&mut self, head: &UpstreamHead, set: &SetFields, body: UpstreamBody) {
         let length = if body.is_end_stream() {
             None
         } else {
@@ -202,7 +201,7 @@ impl Connection {
         };
         self.write_buf.clear();
         self.written = 0;
-        encode_head(&mut self.write_buf, parts, set, length);
+        encode_head(&mut self.write_buf, head, set, length);
         self.flushed = false;
         self.chunked = matches!(length, Some(None));
         self.body = length.is_some().then_some(body);

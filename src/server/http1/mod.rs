@@ -17,15 +17,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use arc_swap::ArcSwap;
-use bytes::{Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, Uri, Version};
+use bytes::BytesMut;
+use http::header::CONNECTION;
+use http::{HeaderMap, Method, Response, Uri, Version};
 use http_body_util::{Either, Empty};
-use smallvec::SmallVec;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::connection::{Activity, Answering};
+use crate::proxy::headers::{Role, role};
+use crate::proxy::request::ProxyRequest;
 use crate::proxy::{self, ClientConnection, Runtime};
+use crate::request_fields::{FieldLines, RequestFields};
 use crate::respond::ResponseBody;
 
 /// Most fields in a head served here: hyper's own limit, so a head with more gets hyper's 431.
@@ -134,7 +136,7 @@ async fn answer<S, W>(
     read: &mut BytesMut,
     answerer: &Answerer<'_>,
     watch: &mut W,
-    request: Request<proxy::upstream::UpstreamBody>,
+    request: ProxyRequest,
 ) -> Option<(Response<ResponseBody>, bool)>
 where
     S: AsyncRead + Unpin,
@@ -179,7 +181,7 @@ fn has_token(list: &[u8], token: &[u8]) -> bool {
 // Returned once a request and matched at once: boxing the request would cost an allocation.
 #[expect(clippy::large_enum_variant)]
 enum Parsed {
-    Request(Request<proxy::upstream::UpstreamBody>),
+    Request(ProxyRequest),
     /// More bytes are needed.
     Partial,
     /// Not a request served here.
@@ -203,17 +205,21 @@ fn parse_request(read: &mut BytesMut) -> Parsed {
         Ok(httparse::Status::Partial) if read.len() < MAX_HEAD => return Parsed::Partial,
         _ => return Parsed::Other,
     };
-    // Filled in place: moved around, a list of two dozen fields was a kilobyte to copy.
-    let mut fields = SmallVec::new();
-    let Some(parts) = parts_served_here(&parsed, read.as_ptr() as usize, length, &mut fields)
-    else {
+    let mut fields = FieldLines::default();
+    let Some(parts) = parts_served_here(&parsed, &read[..length], &mut fields) else {
         return Parsed::Other;
     };
     let head = read.split_to(length).freeze();
-    match build_request(parts, &mut fields, &head) {
-        Some(request) => Parsed::Request(request),
-        None => {
-            // A value or target `http` refuses: hyper answers it, from the same bytes.
+    match Uri::from_maybe_shared(head.slice(parts.target)) {
+        Ok(uri) => Parsed::Request(ProxyRequest {
+            method: parts.method,
+            uri,
+            fields: RequestFields::Lines(fields.in_head(head)),
+            upgrade: None,
+            body: Either::Right(Empty::new()),
+        }),
+        Err(_) => {
+            // A target `http` refuses: hyper answers it, from the same bytes.
             let mut again = BytesMut::with_capacity(head.len() + read.len());
             again.extend_from_slice(&head);
             again.extend_from_slice(read);
@@ -229,17 +235,12 @@ struct HeadParts {
     target: Range<usize>,
 }
 
-/// The fields' names and the places of their values in the buffer.
-type FieldPlaces = SmallVec<[(HeaderName, Range<usize>); 24]>;
-
-/// The parts of a head whose buffer starts at `base`, and its `fields`, when its request is
-/// served here: HTTP/1.1, not `HEAD` or `CONNECT`, an origin-form target, every field
-/// `served_here`.
+/// The parts of `head` and its `fields`, when its request is served here: HTTP/1.1, not
+/// `HEAD` or `CONNECT`, an origin-form target, every field `served_here`.
 fn parts_served_here(
     parsed: &httparse::Request<'_, '_>,
-    base: usize,
-    length: usize,
-    fields: &mut FieldPlaces,
+    head: &[u8],
+    fields: &mut FieldLines,
 ) -> Option<HeadParts> {
     let (Some(method), Some(target), Some(1)) = (parsed.method, parsed.path, parsed.version) else {
         return None;
@@ -248,58 +249,35 @@ fn parts_served_here(
         .ok()
         .filter(|method| method != Method::HEAD && method != Method::CONNECT)?;
     // httparse hands out slices of the buffer; anything else is left to hyper.
-    let within = |slice: &[u8]| {
-        let start = (slice.as_ptr() as usize).wrapping_sub(base);
-        let end = start
-            .checked_add(slice.len())
-            .filter(|&end| end <= length)?;
-        Some(start..end)
-    };
-    let target = within(target.as_bytes()).filter(|_| target.starts_with('/'))?;
+    let start = (target.as_ptr() as usize).wrapping_sub(head.as_ptr() as usize);
+    let end = start.checked_add(target.len())?;
+    if end > head.len() || !target.starts_with('/') {
+        return None;
+    }
     for field in parsed.headers.iter() {
-        let name = HeaderName::from_bytes(field.name.as_bytes()).ok()?;
-        if !served_here(&name, field.value) {
+        let name = field.name.as_bytes();
+        let role = role(name);
+        if !served_here(role, name, field.value) {
             return None;
         }
-        fields.push((name, within(field.value)?));
+        fields.push(head, name, field.value, role)?;
     }
-    Some(HeadParts { method, target })
+    Some(HeadParts {
+        method,
+        target: start..end,
+    })
 }
 
 /// A field that leaves its request to hyper: a body, an upgrade, `Expect`, `TE`, or a
-/// `Connection` other than `keep-alive`.
-fn served_here(name: &HeaderName, value: &[u8]) -> bool {
-    use http::header::{EXPECT, TE, UPGRADE};
-    if name == CONNECTION {
-        return value.eq_ignore_ascii_case(b"keep-alive");
+/// `Connection` other than `keep-alive`. (httparse has checked names and values: tokens,
+/// and no control characters but tabs, as `http`'s types require.)
+fn served_here(role: Role, name: &[u8], value: &[u8]) -> bool {
+    match role {
+        Role::Connection => value.eq_ignore_ascii_case(b"keep-alive"),
+        Role::ContentLength | Role::TransferEncoding | Role::Upgrade => false,
+        Role::HopByHop => !name.eq_ignore_ascii_case(b"te"),
+        Role::EndToEnd => !name.eq_ignore_ascii_case(b"expect"),
     }
-    !(name == CONTENT_LENGTH
-        || name == TRANSFER_ENCODING
-        || name == UPGRADE
-        || name == EXPECT
-        || name == TE)
-}
-
-fn build_request(
-    parts: HeadParts,
-    fields: &mut FieldPlaces,
-    head: &Bytes,
-) -> Option<Request<proxy::upstream::UpstreamBody>> {
-    let uri = Uri::from_maybe_shared(head.slice(parts.target)).ok()?;
-    // Room for what the gateway adds on the way upstream without a regrow.
-    let mut headers = HeaderMap::with_capacity(fields.len() + 6);
-    for (name, range) in fields.drain(..) {
-        headers.append(
-            name,
-            HeaderValue::from_maybe_shared(head.slice(range)).ok()?,
-        );
-    }
-    let mut request = Request::new(Either::Right(Empty::new()));
-    *request.method_mut() = parts.method;
-    *request.uri_mut() = uri;
-    *request.version_mut() = Version::HTTP_11;
-    *request.headers_mut() = headers;
-    Some(request)
 }
 
 #[cfg(test)]
@@ -362,20 +340,11 @@ mod tests {
             match parse_request(&mut read) {
                 Parsed::Request(request) => {
                     prop_assert!(expected_here(version, method, &fields));
-                    prop_assert_eq!(request.method().as_str(), method);
-                    prop_assert_eq!(request.uri().to_string(), target);
-                    let got: Vec<(String, String)> = request
-                        .headers()
-                        .iter()
-                        .map(|(n, v)| (n.to_string(), v.to_str().unwrap().to_string()))
-                        .collect();
-                    let mut sent: Vec<(String, String)> =
+                    prop_assert_eq!(request.method.as_str(), method);
+                    prop_assert_eq!(request.uri.to_string(), target);
+                    let sent: Vec<(String, String)> =
                         fields.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
-                    // A map groups a name's values; their order within a name is kept.
-                    sent.sort_by(|a, b| a.0.cmp(&b.0));
-                    let mut got_sorted = got.clone();
-                    got_sorted.sort_by(|a, b| a.0.cmp(&b.0));
-                    prop_assert_eq!(got_sorted, sent);
+                    prop_assert_eq!(request.fields.pairs(), sent);
                     prop_assert_eq!(&read[..], &text.as_bytes()[head_length..]);
                 }
                 Parsed::Other => {

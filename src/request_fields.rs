@@ -1,0 +1,304 @@
+//! A request's fields as the gateway reads them. hyper hands over a `HeaderMap`; the own
+//! HTTP/1.1 server (`server::http1`) leaves the fields where they arrived, in the request's
+//! head, and records their places. Building a map cost a proxied request ~1.8k instructions
+//! (a name lookup, a value check httparse had already made, a hash and an insert per field,
+//! two allocations and their release: docs/PERFORMANCE.md, thirteenth round). A lookup here
+//! walks the few places comparing names in any case, and the upstream head copies the lines
+//! that stay as they are.
+
+use bytes::Bytes;
+use http::header::ValueIter;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use smallvec::SmallVec;
+
+use crate::proxy::headers::{self, Role};
+use crate::proxy::http1::encode_field;
+
+#[derive(Clone, Debug)]
+pub enum RequestFields {
+    /// hyper's: HTTP/2, and the HTTP/1 requests hyper serves.
+    Map(HeaderMap),
+    /// The own server's.
+    Lines(FieldLines),
+}
+
+/// Fields read in place from a request head of at most 64 KiB.
+#[derive(Clone, Debug, Default)]
+pub struct FieldLines {
+    head: Bytes,
+    places: SmallVec<[Place; 10]>,
+}
+
+/// One field: offsets into the head, kept small as the request is moved a dozen times.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    name: (u16, u16),
+    value: (u16, u16),
+    /// The end of the field's line when it is `name:`, optional blanks, the value and CRLF,
+    /// which the upstream head then copies as it is; 0 when it is not (e.g. a bare LF).
+    line_end: u16,
+    role: Role,
+    /// False once `strip_hop_by_hop` took it out.
+    kept: bool,
+}
+
+impl FieldLines {
+    /// Records a field of `head` whose name and value are the slices `name` and `value` of
+    /// it (as httparse hands them out); None when they are not within its first 64 KiB.
+    /// `head` is still borrowed by the parser here: `in_head` adds it once it is split off.
+    pub(crate) fn push(
+        &mut self,
+        head: &[u8],
+        name: &[u8],
+        value: &[u8],
+        role: Role,
+    ) -> Option<()> {
+        let place = |part: &[u8]| {
+            let start = (part.as_ptr() as usize).wrapping_sub(head.as_ptr() as usize);
+            let end = start
+                .checked_add(part.len())
+                .filter(|&end| end <= head.len())?;
+            Some((u16::try_from(start).ok()?, u16::try_from(end).ok()?))
+        };
+        let (name, value) = (place(name)?, place(value)?);
+        let line_end = match head.get(value.1 as usize..) {
+            Some([b'\r', b'\n', ..]) => u16::try_from(value.1 as usize + 2).unwrap_or(0),
+            _ => 0,
+        };
+        self.places.push(Place {
+            name,
+            value,
+            line_end,
+            role,
+            kept: true,
+        });
+        Some(())
+    }
+
+    /// The fields pushed, read from `head`: the bytes they were pushed with, now shared.
+    pub fn in_head(self, head: Bytes) -> FieldLines {
+        FieldLines { head, ..self }
+    }
+
+    fn bytes(&self, (start, end): (u16, u16)) -> &[u8] {
+        self.head
+            .get(start as usize..end as usize)
+            .unwrap_or_default()
+    }
+
+    fn kept(&self) -> impl Iterator<Item = &Place> {
+        self.places.iter().filter(|place| place.kept)
+    }
+
+    /// Whether a place holds a kept field called `name`: lengths first, from the offsets.
+    fn named<'a>(&'a self, name: &'a HeaderName) -> impl Fn(&&Place) -> bool + 'a {
+        let name = name.as_str().as_bytes();
+        move |place: &&Place| {
+            let (start, end) = place.name;
+            usize::from(end.wrapping_sub(start)) == name.len()
+                && place.kept
+                && self.bytes(place.name).eq_ignore_ascii_case(name)
+        }
+    }
+
+    /// Where the first value of `name` is.
+    fn first(&self, name: &HeaderName) -> Option<(u16, u16)> {
+        Some(self.places.iter().find(self.named(name))?.value)
+    }
+
+    /// Takes out the hop-by-hop fields and those `Connection` names (as `strip_hop_by_hop`
+    /// does to a map).
+    fn strip_hop_by_hop(&mut self) {
+        if self.places.iter().all(|place| !place.role.is_hop_by_hop()) {
+            return;
+        }
+        let lists: SmallVec<[(u16, u16); 2]> = (self.places.iter())
+            .filter(|place| place.role == Role::Connection)
+            .map(|place| place.value)
+            .collect();
+        let head = &self.head;
+        let bytes = |(start, end): (u16, u16)| head.get(start as usize..end as usize);
+        let listed = |name: &[u8]| {
+            lists.iter().any(|&list| {
+                (bytes(list).unwrap_or_default().split(|&b| b == b','))
+                    .any(|token| token.trim_ascii().eq_ignore_ascii_case(name))
+            })
+        };
+        for place in &mut self.places {
+            if place.role.is_hop_by_hop() || listed(bytes(place.name).unwrap_or_default()) {
+                place.kept = false;
+            }
+        }
+    }
+
+    /// Writes the kept fields that `keep` accepts by name, in their order: a run of
+    /// adjacent whole lines in one copy, any other field as `name: value`.
+    fn encode(&self, buf: &mut Vec<u8>, keep: impl Fn(&[u8]) -> bool) {
+        let mut run = 0..0;
+        for place in self.kept().filter(|place| keep(self.bytes(place.name))) {
+            let start = place.name.0 as usize;
+            if place.line_end != 0 && run.end == start && !run.is_empty() {
+                run.end = place.line_end as usize;
+                continue;
+            }
+            buf.extend_from_slice(self.head.get(run).unwrap_or_default());
+            run = start..start;
+            if place.line_end != 0 {
+                run.end = place.line_end as usize;
+            } else {
+                encode_field(buf, self.bytes(place.name), self.bytes(place.value));
+            }
+        }
+        buf.extend_from_slice(self.head.get(run).unwrap_or_default());
+    }
+}
+
+impl RequestFields {
+    /// The first value of `name`.
+    pub fn get(&self, name: &HeaderName) -> Option<&[u8]> {
+        match self {
+            RequestFields::Map(map) => map.get(name).map(HeaderValue::as_bytes),
+            RequestFields::Lines(lines) => Some(lines.bytes(lines.first(name)?)),
+        }
+    }
+
+    /// The first value of `name` as a value of its own (sharing the head's bytes).
+    pub fn value(&self, name: &HeaderName) -> Option<HeaderValue> {
+        match self {
+            RequestFields::Map(map) => map.get(name).cloned(),
+            RequestFields::Lines(lines) => {
+                let (start, end) = lines.first(name)?;
+                HeaderValue::from_maybe_shared(lines.head.slice(start as usize..end as usize)).ok()
+            }
+        }
+    }
+
+    /// Every value of `name`, first to last or (`rev`) last to first.
+    pub fn get_all<'a>(&'a self, name: &'a HeaderName) -> Values<'a> {
+        match self {
+            RequestFields::Map(map) => Values(ValuesOf::Map(map.get_all(name).into_iter())),
+            RequestFields::Lines(lines) => Values(ValuesOf::Lines {
+                lines,
+                name,
+                places: lines.places.iter(),
+            }),
+        }
+    }
+
+    pub fn contains(&self, name: &HeaderName) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// Calls `visit` with each kept field's name and value, in order.
+    fn each(&self, mut visit: impl FnMut(&[u8], &[u8])) {
+        match self {
+            RequestFields::Map(map) => {
+                for (name, value) in map {
+                    visit(name.as_str().as_bytes(), value.as_bytes());
+                }
+            }
+            RequestFields::Lines(lines) => {
+                for place in lines.kept() {
+                    visit(lines.bytes(place.name), lines.bytes(place.value));
+                }
+            }
+        }
+    }
+
+    /// The fields' size as `name: value` lines.
+    pub fn encoded_size(&self) -> usize {
+        let mut size = 0;
+        self.each(|name, value| size += name.len() + value.len() + 4);
+        size
+    }
+
+    /// Takes out `Connection`, the fields it names, and every hop-by-hop field.
+    pub fn strip_hop_by_hop(&mut self) {
+        match self {
+            RequestFields::Map(map) => headers::strip_hop_by_hop(map),
+            RequestFields::Lines(lines) => lines.strip_hop_by_hop(),
+        }
+    }
+
+    /// The kept fields as (lower-case name, value) in order, for tests.
+    #[cfg(test)]
+    pub(crate) fn pairs(&self) -> Vec<(String, String)> {
+        let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
+        let mut pairs = Vec::new();
+        self.each(|name, value| pairs.push((text(name).to_ascii_lowercase(), text(value))));
+        pairs
+    }
+
+    /// Writes each field whose name `keep` accepts as a head line, in order.
+    pub fn encode(&self, buf: &mut Vec<u8>, keep: impl Fn(&[u8]) -> bool) {
+        match self {
+            RequestFields::Map(_) => self.each(|name, value| {
+                if keep(name) {
+                    encode_field(buf, name, value);
+                }
+            }),
+            RequestFields::Lines(lines) => lines.encode(buf, keep),
+        }
+    }
+}
+
+/// The values of one field name.
+pub struct Values<'a>(ValuesOf<'a>);
+
+enum ValuesOf<'a> {
+    Map(ValueIter<'a, HeaderValue>),
+    Lines {
+        lines: &'a FieldLines,
+        name: &'a HeaderName,
+        places: std::slice::Iter<'a, Place>,
+    },
+}
+
+impl<'a> Iterator for Values<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        match &mut self.0 {
+            ValuesOf::Map(values) => values.next().map(HeaderValue::as_bytes),
+            ValuesOf::Lines {
+                lines,
+                name,
+                places,
+            } => {
+                let (lines, name): (&'a FieldLines, &'a HeaderName) = (*lines, *name);
+                places.find(lines.named(name)).map(|p| lines.bytes(p.value))
+            }
+        }
+    }
+}
+
+impl DoubleEndedIterator for Values<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        match &mut self.0 {
+            ValuesOf::Map(values) => values.next_back().map(HeaderValue::as_bytes),
+            ValuesOf::Lines {
+                lines,
+                name,
+                places,
+            } => {
+                let (lines, name) = (*lines, *name);
+                places
+                    .rfind(lines.named(name))
+                    .map(|p| lines.bytes(p.value))
+            }
+        }
+    }
+}
+
+/// A value as text when it is visible ASCII and tabs (`HeaderValue::to_str`'s rule).
+pub fn visible_text(value: &[u8]) -> Option<&str> {
+    let visible = |&b: &u8| b == b'\t' || (0x20..0x7f).contains(&b);
+    if value.iter().all(visible) {
+        std::str::from_utf8(value).ok()
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
