@@ -109,6 +109,9 @@ pub struct Forwarded<'a> {
 pub struct SetFields {
     /// Only when the request has none (HTTP/1.0 or HTTP/2).
     pub host: Option<HeaderValue>,
+    /// The request's own fields carry a Host: neither `host` nor the server's authority is
+    /// added (told here so the pool need not look again).
+    pub host_in_request: bool,
     pub forwarded_host: Option<HeaderValue>,
     pub forwarded_for: Option<HeaderValue>,
     pub forwarded_proto: Option<&'static str>,
@@ -131,19 +134,32 @@ impl SetFields {
         }
     }
 
-    /// The fields, in the order they are written.
-    pub fn iter(&self) -> impl Iterator<Item = (HeaderName, &[u8])> + '_ {
-        [
-            (HOST, bytes(&self.host)),
-            (X_FORWARDED_HOST, bytes(&self.forwarded_host)),
-            (X_FORWARDED_FOR, bytes(&self.forwarded_for)),
-            (X_FORWARDED_PROTO, self.forwarded_proto.map(str::as_bytes)),
-            (X_REQUEST_ID, bytes(&self.request_id)),
-            (CONNECTION, self.upgrade.as_ref().map(|_| &b"upgrade"[..])),
-            (UPGRADE, bytes(&self.upgrade)),
-        ]
-        .into_iter()
-        .filter_map(|(name, value)| Some((name, value?)))
+    /// Writes the fields as head lines, in a fixed order. Each name is a constant with its
+    /// `: `, written at once (a `HeaderName` apiece, and its `: ` apart, cost a third more).
+    pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
+        let fields: [(&[u8], Option<&[u8]>); 7] = [
+            (b"host: ", bytes(&self.host)),
+            (b"x-forwarded-host: ", bytes(&self.forwarded_host)),
+            (b"x-forwarded-for: ", bytes(&self.forwarded_for)),
+            (
+                b"x-forwarded-proto: ",
+                self.forwarded_proto.map(str::as_bytes),
+            ),
+            (b"x-request-id: ", bytes(&self.request_id)),
+            (
+                b"connection: ",
+                self.upgrade.as_ref().map(|_| &b"upgrade"[..]),
+            ),
+            (b"upgrade: ", bytes(&self.upgrade)),
+        ];
+        for (name, value) in fields {
+            if let Some(value) = value {
+                buf.reserve(name.len() + value.len() + 2);
+                buf.extend_from_slice(name);
+                buf.extend_from_slice(value);
+                buf.extend_from_slice(b"\r\n");
+            }
+        }
     }
 }
 
@@ -163,8 +179,10 @@ pub fn to_upstream(
     } else {
         forwarded.peer.clone()
     };
+    let host_in_request = fields.contains(&HOST);
     SetFields {
-        host: forwarded.host.filter(|_| !fields.contains(&HOST)).cloned(),
+        host: forwarded.host.filter(|_| !host_in_request).cloned(),
+        host_in_request,
         forwarded_host: forwarded.host.cloned(),
         forwarded_for: Some(forwarded_for),
         forwarded_proto: Some(forwarded.proto),

@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::HOST;
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderValue, Method, Response, Uri};
 use http_body_util::{Either, Empty};
@@ -127,7 +126,8 @@ impl UpstreamPool {
     }
 
     /// Sends `request` with the fields in `set` to `server` on a pooled keep-alive
-    /// connection; a request without Host (HTTP/1.0) gets the server's authority. The
+    /// connection; a request without Host (HTTP/1.0, a health check) gets the server's
+    /// authority. The
     /// response head must come by `deadline`.
     pub fn send(
         &self,
@@ -137,7 +137,7 @@ impl UpstreamPool {
         deadline: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> + '_ {
         let target = &self.servers[server];
-        if set.host.is_none() && !request.0.fields.contains(&HOST) {
+        if set.host.is_none() && !set.host_in_request {
             set.host = Some(target.host.clone());
         }
         self.connections

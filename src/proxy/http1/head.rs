@@ -93,9 +93,7 @@ pub(crate) fn encode_head(
     head.fields.encode(buf, |name| {
         !(SetFields::replaces(name) || framed_here && framing(name))
     });
-    for (name, value) in set.iter() {
-        encode_field(buf, name.as_str(), value);
-    }
+    set.encode(buf);
     match length {
         Some(Some(n)) => {
             buf.extend_from_slice(b"content-length: ");
