@@ -86,6 +86,26 @@ impl AddedFields {
     /// Adds `field` with the value `write` appends. A value that is not a valid field value
     /// (a control character) is left out rather than sent broken.
     pub fn add(&mut self, field: Added, write: impl FnOnce(&mut Vec<u8>)) {
+        self.add_line(field, write, has_control);
+    }
+
+    /// Adds `field` with a value made only of parts that hold no control character: digits,
+    /// limit names (printable ASCII, checked as the config is loaded) and `HeaderValue`s.
+    /// Not checked again here (debug builds assert it): testing every byte of the rate-limit
+    /// fields cost a request limited by two limits ~270 instructions, 1%.
+    pub fn add_composed(&mut self, field: Added, write: impl FnOnce(&mut Vec<u8>)) {
+        self.add_line(field, write, |value| {
+            debug_assert!(!has_control(value), "{field:?}: {value:?}");
+            false
+        });
+    }
+
+    fn add_line(
+        &mut self,
+        field: Added,
+        write: impl FnOnce(&mut Vec<u8>),
+        invalid: impl FnOnce(&[u8]) -> bool,
+    ) {
         if self.has(field) {
             self.remove(field);
         }
@@ -99,7 +119,7 @@ impl AddedFields {
         let value_start = self.lines.len();
         write(&mut self.lines);
         let value = &self.lines[value_start..];
-        if value.is_empty() || has_control(value) {
+        if value.is_empty() || invalid(value) {
             self.lines.truncate(line_start);
             return;
         }
@@ -237,6 +257,24 @@ mod tests {
         assert_eq!(headers["retry-after"], "5");
         assert_eq!(headers["other"], "kept");
         assert!(added.lines().is_empty());
+    }
+
+    #[test]
+    fn composed_values_are_added_and_replaced_as_checked_ones() {
+        let mut added = AddedFields::default();
+        added.add_composed(Added::RateLimit, |out| out.extend_from_slice(b"\"a\";r=1"));
+        added.add_composed(Added::XRateLimitLimit, |_| {});
+        added.add_composed(Added::RateLimit, |out| out.extend_from_slice(b"\"a\";r=0"));
+        assert_eq!(added.lines(), b"ratelimit: \"a\";r=0\r\n");
+    }
+
+    /// What the callers promise is checked where it costs nothing: in debug builds.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "RateLimit")]
+    fn a_composed_value_with_a_control_character_is_a_bug() {
+        let mut added = AddedFields::default();
+        added.add_composed(Added::RateLimit, |out| out.extend_from_slice(b"a\r\nb"));
     }
 
     #[test]

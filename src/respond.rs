@@ -133,7 +133,7 @@ pub fn rate_limited(
     let status = StatusCode::TOO_MANY_REQUESTS;
     let mut response = problem_response(status, &style.problem_type, &detail, request_id);
     let added = response.body_mut().added_mut();
-    added.add(Added::RetryAfter, |out| push_number(out, "", wait));
+    added.add_composed(Added::RetryAfter, |out| push_number(out, "", wait));
     add_rate_fields(added, denial.statuses, style);
     response
 }
@@ -212,16 +212,16 @@ pub fn add_rate_fields(added: &mut AddedFields, statuses: &[RateStatus], style: 
     };
     let reset = whole_seconds(first.reset);
     if style.x_ratelimit {
-        added.add(Added::XRateLimitLimit, |out| {
+        added.add_composed(Added::XRateLimitLimit, |out| {
             push_number(out, "", first.limit)
         });
-        added.add(Added::XRateLimitRemaining, |out| {
+        added.add_composed(Added::XRateLimitRemaining, |out| {
             push_number(out, "", first.remaining)
         });
-        added.add(Added::XRateLimitReset, |out| push_number(out, "", reset));
+        added.add_composed(Added::XRateLimitReset, |out| push_number(out, "", reset));
     }
     if style.ietf {
-        added.add(Added::RateLimitPolicy, |out| {
+        added.add_composed(Added::RateLimitPolicy, |out| {
             let mut formatted = String::new();
             for (i, status) in statuses.iter().enumerate() {
                 if i > 0 {
@@ -242,7 +242,7 @@ pub fn add_rate_fields(added: &mut AddedFields, statuses: &[RateStatus], style: 
                 }
             }
         });
-        added.add(Added::RateLimit, |out| {
+        added.add_composed(Added::RateLimit, |out| {
             push_item(out, &first.policy, ";r=", first.remaining);
             push_number(out, ";t=", reset);
         });

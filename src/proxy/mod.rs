@@ -244,7 +244,9 @@ pub fn handle(
             );
         }
         let added = response.body_mut().added_mut();
-        added.add_value(Added::RequestId, request_id.as_bytes());
+        added.add_composed(Added::RequestId, |out| {
+            out.extend_from_slice(request_id.as_bytes())
+        });
         response
     }
 }
