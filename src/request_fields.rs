@@ -29,22 +29,36 @@ pub struct FieldLines {
     places: SmallVec<[Place; 10]>,
 }
 
-/// One field: offsets into the head, kept small as the request is moved a dozen times.
+/// One field: offsets into the head, kept to 8 bytes as the request is moved a dozen times.
 #[derive(Clone, Copy, Debug)]
 struct Place {
-    name: (u16, u16),
-    value: (u16, u16),
-    /// The end of the field's line when it is `name:`, optional blanks, the value and CRLF,
-    /// which the upstream head then copies as it is; 0 when it is not (e.g. a bare LF).
-    line_end: u16,
+    name_start: u16,
+    value_start: u16,
+    value_end: u16,
+    /// At most 255: a request with a longer name is left to hyper.
+    name_len: u8,
     role: Role,
-    /// False once `strip_hop_by_hop` took it out.
-    kept: bool,
+}
+
+impl Place {
+    fn name(&self) -> (u16, u16) {
+        (self.name_start, self.name_start + u16::from(self.name_len))
+    }
+
+    fn value(&self) -> (u16, u16) {
+        (self.value_start, self.value_end)
+    }
+
+    /// The size of its `name: value\r\n` line.
+    fn line_size(&self) -> usize {
+        usize::from(self.name_len) + usize::from(self.value_end - self.value_start) + 4
+    }
 }
 
 impl FieldLines {
     /// Records a field of `head` whose name and value are the slices `name` and `value` of
-    /// it (as httparse hands them out); None when they are not within its first 64 KiB.
+    /// it (as httparse hands them out); None when they are not within its first 64 KiB or
+    /// the name is longer than 255 bytes.
     /// `head` is still borrowed by the parser here: `in_head` adds it once it is split off.
     pub(crate) fn push(
         &mut self,
@@ -53,24 +67,21 @@ impl FieldLines {
         value: &[u8],
         role: Role,
     ) -> Option<()> {
-        let place = |part: &[u8]| {
+        let start_of = |part: &[u8]| {
             let start = (part.as_ptr() as usize).wrapping_sub(head.as_ptr() as usize);
             let end = start
                 .checked_add(part.len())
                 .filter(|&end| end <= head.len())?;
             Some((u16::try_from(start).ok()?, u16::try_from(end).ok()?))
         };
-        let (name, value) = (place(name)?, place(value)?);
-        let line_end = match head.get(value.1 as usize..) {
-            Some([b'\r', b'\n', ..]) => u16::try_from(value.1 as usize + 2).unwrap_or(0),
-            _ => 0,
-        };
+        let (name_start, _) = start_of(name)?;
+        let (value_start, value_end) = start_of(value)?;
         self.places.push(Place {
-            name,
-            value,
-            line_end,
+            name_start,
+            value_start,
+            value_end,
+            name_len: u8::try_from(name.len()).ok()?,
             role,
-            kept: true,
         });
         Some(())
     }
@@ -86,24 +97,25 @@ impl FieldLines {
             .unwrap_or_default()
     }
 
-    fn kept(&self) -> impl Iterator<Item = &Place> {
-        self.places.iter().filter(|place| place.kept)
+    /// Where the field's line ends when it is `name:`, optional blanks, the value and CRLF,
+    /// which the upstream head then copies as it is (not, e.g., after a bare LF).
+    fn line_end(&self, place: &Place) -> Option<usize> {
+        let end = usize::from(place.value_end);
+        (self.head.get(end..end + 2) == Some(b"\r\n")).then_some(end + 2)
     }
 
-    /// Whether a place holds a kept field called `name`: lengths first, from the offsets.
+    /// Whether a place holds a field called `name`: lengths first.
     fn named<'a>(&'a self, name: &'a HeaderName) -> impl Fn(&&Place) -> bool + 'a {
         let name = name.as_str().as_bytes();
         move |place: &&Place| {
-            let (start, end) = place.name;
-            usize::from(end.wrapping_sub(start)) == name.len()
-                && place.kept
-                && self.bytes(place.name).eq_ignore_ascii_case(name)
+            usize::from(place.name_len) == name.len()
+                && self.bytes(place.name()).eq_ignore_ascii_case(name)
         }
     }
 
     /// Where the first value of `name` is.
     fn first(&self, name: &HeaderName) -> Option<(u16, u16)> {
-        Some(self.places.iter().find(self.named(name))?.value)
+        Some(self.places.iter().find(self.named(name))?.value())
     }
 
     /// Takes out the hop-by-hop fields and those `Connection` names (as `strip_hop_by_hop`
@@ -114,7 +126,7 @@ impl FieldLines {
         }
         let lists: SmallVec<[(u16, u16); 2]> = (self.places.iter())
             .filter(|place| place.role == Role::Connection)
-            .map(|place| place.value)
+            .map(Place::value)
             .collect();
         let head = &self.head;
         let bytes = |(start, end): (u16, u16)| head.get(start as usize..end as usize);
@@ -124,29 +136,30 @@ impl FieldLines {
                     .any(|token| token.trim_ascii().eq_ignore_ascii_case(name))
             })
         };
-        for place in &mut self.places {
-            if place.role.is_hop_by_hop() || listed(bytes(place.name).unwrap_or_default()) {
-                place.kept = false;
-            }
-        }
+        self.places.retain(|place| {
+            !(place.role.is_hop_by_hop() || listed(bytes(place.name()).unwrap_or_default()))
+        });
     }
 
-    /// Writes the kept fields that `keep` accepts by name, in their order: a run of
-    /// adjacent whole lines in one copy, any other field as `name: value`.
+    /// Writes the fields that `keep` accepts by name, in their order: a run of adjacent
+    /// whole lines in one copy, any other field as `name: value`.
     fn encode(&self, buf: &mut Vec<u8>, keep: impl Fn(&[u8]) -> bool) {
         let mut run = 0..0;
-        for place in self.kept().filter(|place| keep(self.bytes(place.name))) {
-            let start = place.name.0 as usize;
-            if place.line_end != 0 && run.end == start && !run.is_empty() {
-                run.end = place.line_end as usize;
+        for place in self.places.iter().filter(|p| keep(self.bytes(p.name()))) {
+            let start = usize::from(place.name_start);
+            let line_end = self.line_end(place);
+            if let Some(end) = line_end
+                && run.end == start
+                && !run.is_empty()
+            {
+                run.end = end;
                 continue;
             }
             buf.extend_from_slice(self.head.get(run).unwrap_or_default());
             run = start..start;
-            if place.line_end != 0 {
-                run.end = place.line_end as usize;
-            } else {
-                encode_field(buf, self.bytes(place.name), self.bytes(place.value));
+            match line_end {
+                Some(end) => run.end = end,
+                None => encode_field(buf, self.bytes(place.name()), self.bytes(place.value())),
             }
         }
         buf.extend_from_slice(self.head.get(run).unwrap_or_default());
@@ -189,7 +202,7 @@ impl RequestFields {
         self.get(name).is_some()
     }
 
-    /// Calls `visit` with each kept field's name and value, in order.
+    /// Calls `visit` with each field's name and value, in order.
     fn each(&self, mut visit: impl FnMut(&[u8], &[u8])) {
         match self {
             RequestFields::Map(map) => {
@@ -198,8 +211,8 @@ impl RequestFields {
                 }
             }
             RequestFields::Lines(lines) => {
-                for place in lines.kept() {
-                    visit(lines.bytes(place.name), lines.bytes(place.value));
+                for place in &lines.places {
+                    visit(lines.bytes(place.name()), lines.bytes(place.value()));
                 }
             }
         }
@@ -207,9 +220,14 @@ impl RequestFields {
 
     /// The fields' size as `name: value` lines.
     pub fn encoded_size(&self) -> usize {
-        let mut size = 0;
-        self.each(|name, value| size += name.len() + value.len() + 4);
-        size
+        match self {
+            RequestFields::Map(_) => {
+                let mut size = 0;
+                self.each(|name, value| size += name.len() + value.len() + 4);
+                size
+            }
+            RequestFields::Lines(lines) => lines.places.iter().map(Place::line_size).sum(),
+        }
     }
 
     /// Takes out `Connection`, the fields it names, and every hop-by-hop field.
@@ -220,7 +238,7 @@ impl RequestFields {
         }
     }
 
-    /// The kept fields as (lower-case name, value) in order, for tests.
+    /// The fields as (lower-case name, value) in order, for tests.
     #[cfg(test)]
     pub(crate) fn pairs(&self) -> Vec<(String, String)> {
         let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
@@ -266,7 +284,9 @@ impl<'a> Iterator for Values<'a> {
                 places,
             } => {
                 let (lines, name): (&'a FieldLines, &'a HeaderName) = (*lines, *name);
-                places.find(lines.named(name)).map(|p| lines.bytes(p.value))
+                places
+                    .find(lines.named(name))
+                    .map(|p| lines.bytes(p.value()))
             }
         }
     }
@@ -284,7 +304,7 @@ impl DoubleEndedIterator for Values<'_> {
                 let (lines, name) = (*lines, *name);
                 places
                     .rfind(lines.named(name))
-                    .map(|p| lines.bytes(p.value))
+                    .map(|p| lines.bytes(p.value()))
             }
         }
     }

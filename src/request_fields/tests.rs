@@ -225,6 +225,7 @@ proptest! {
         lines.strip_hop_by_hop();
         map.strip_hop_by_hop();
         prop_assert_eq!(sorted(&lines), sorted(&map));
+        prop_assert_eq!(lines.encoded_size(), map.encoded_size());
         same_lookups(&lines, &map)?;
         // What is written reads back as the map's fields, every line in order.
         let keep = |name: &[u8]| !name.eq_ignore_ascii_case(b"x-request-id");
