@@ -108,8 +108,7 @@ impl FieldLines {
     fn named<'a>(&'a self, name: &'a HeaderName) -> impl Fn(&&Place) -> bool + 'a {
         let name = name.as_str().as_bytes();
         move |place: &&Place| {
-            usize::from(place.name_len) == name.len()
-                && self.bytes(place.name()).eq_ignore_ascii_case(name)
+            usize::from(place.name_len) == name.len() && same_name(self.bytes(place.name()), name)
         }
     }
 
@@ -258,6 +257,35 @@ impl RequestFields {
             RequestFields::Lines(lines) => lines.encode(buf, keep),
         }
     }
+}
+
+/// Whether `field` is `lower` (a `HeaderName`: lowercase ASCII) in any case, eight bytes at a
+/// time: the byte-at-a-time `eq_ignore_ascii_case` cost 14 instructions a byte, and lookups
+/// are most of what a request's fields cost now.
+fn same_name(field: &[u8], lower: &[u8]) -> bool {
+    if field.len() != lower.len() {
+        return false;
+    }
+    let word = |chunk: &[u8]| u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+    let (mut fields, mut lowers) = (field.chunks_exact(8), lower.chunks_exact(8));
+    let words_match = (&mut fields)
+        .zip(&mut lowers)
+        .all(|(f, l)| ascii_lowercase(word(f)) == word(l));
+    words_match
+        && (fields.remainder().iter())
+            .zip(lowers.remainder())
+            .all(|(f, l)| f.to_ascii_lowercase() == *l)
+}
+
+/// Each byte of `word` lowered when it is an ASCII capital letter. A byte of 0x80 or more
+/// may carry into its neighbour's test, but keeps its top bit, so it never equals ASCII.
+fn ascii_lowercase(word: u64) -> u64 {
+    const EACH: u64 = 0x0101_0101_0101_0101;
+    // The top bit of a byte is set when it is >= 'A' and not >= 'Z' + 1.
+    let at_least_a = word.wrapping_add(EACH * (0x80 - u64::from(b'A')));
+    let beyond_z = word.wrapping_add(EACH * (0x80 - u64::from(b'Z') - 1));
+    let capitals = at_least_a & !beyond_z & (EACH * 0x80);
+    word | (capitals >> 2)
 }
 
 /// The values of one field name.

@@ -140,6 +140,17 @@ fn visible_text_follows_header_values_to_str() {
     }
 }
 
+#[test]
+fn names_are_the_same_in_any_case_and_nothing_else_is() {
+    assert!(same_name(b"X-Forwarded-FOR", b"x-forwarded-for"));
+    assert!(same_name(b"", b""));
+    assert!(!same_name(b"x-forwarded-fo", b"x-forwarded-for"));
+    assert!(!same_name(b"x-forwarded-foq", b"x-forwarded-for"));
+    assert!(!same_name(b"X_API-KEY", b"x-api-key"));
+    // '@' and '[' sit just outside A..Z; 0xC1 + 0x3F carries.
+    assert!(!same_name(b"@[\xc1aaaaa", b"`{\x81aaaaa"));
+}
+
 /// A field name from a small pool, so names repeat, in any case.
 fn name() -> impl Strategy<Value = String> {
     let names = prop_oneof![
@@ -196,6 +207,23 @@ fn same_lookups(lines: &RequestFields, map: &RequestFields) -> Result<(), TestCa
 }
 
 proptest! {
+    /// Eight bytes at a time, names compare as `eq_ignore_ascii_case` compares them, for any
+    /// bytes against any lowercase ASCII.
+    #[test]
+    fn names_compare_as_eq_ignore_ascii_case_does(
+        pairs in vec((any::<u8>(), 0u8..0x80), 0..40),
+        same in any::<bool>(),
+    ) {
+        let lower: Vec<u8> = pairs.iter().map(|(_, l)| l.to_ascii_lowercase()).collect();
+        let field: Vec<u8> = if same {
+            // The same name with some letters capitalised by the first byte's bits.
+            lower.iter().zip(&pairs).map(|(l, (f, _))| if f & 1 == 1 { l.to_ascii_uppercase() } else { *l }).collect()
+        } else {
+            pairs.iter().map(|(f, _)| *f).collect()
+        };
+        prop_assert_eq!(same_name(&field, &lower), field.eq_ignore_ascii_case(&lower));
+    }
+
     /// The own server's fields answer every question as hyper's map of the same head does.
     #[test]
     fn lines_read_as_the_map_of_the_same_head(
