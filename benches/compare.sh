@@ -2,7 +2,8 @@
 # Side by side with nginx in one run (issue 8): the same echo upstream, nginx 1.x as a
 # keep-alive reverse proxy with `limit_req` (a per-IP zone whose limit is never hit), and
 # ratelimit-proxy configured equivalently; each driven by the same wrk load, alternating runs.
-# Prints requests/s, p50, p99, CPU µs per request of the proxy process(es), peak RSS, and the
+# Prints requests/s, p50, p99, CPU µs per request of the proxy process(es), peak RSS, the echo
+# upstream's CPU µs per request (it shares the cores, so it bounds req/s too), and the
 # ours/nginx ratios.
 #
 # Scenarios: (a) proxy only, (b) edge layer on, (c) edge + two memory-store limits, (d) the same
@@ -39,7 +40,7 @@ ensure_oha
 NGINX=$(command -v nginx)
 
 UPSTREAM_PORT=$(free_port)
-"$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
+"$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!); UPSTREAM_PID=$!
 start_redis
 bench_certificate
 
@@ -147,24 +148,26 @@ request = function()
 end
 LUA
 
-# run NAME URL PIDS... [-- wrk args]: one wrk run; prints "req/s p50 p99 cpu_us rss_kb"
+# run NAME URL PIDS... [-- wrk args]: one wrk run; prints "req/s p50 p99 cpu_us rss_kb
+# upstream_cpu_us": CPU per request of PIDS, and of the echo upstream that shares the cores
 run() {
   local name=$1 url=$2; shift 2
   local pids=() extra=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do pids+=("$1"); shift; done
   [ $# -gt 0 ] && shift && extra=("$@")
   wrk -t1 -c"$CONNS" -d2s -H "x-api-key: bench" "${extra[@]}" "$url" >/dev/null
-  local before; before=$(cpu_ticks "${pids[@]}")
+  local before upstream_before; before=$(cpu_ticks "${pids[@]}"); upstream_before=$(cpu_ticks "$UPSTREAM_PID")
   wrk -t1 -c"$CONNS" -d"$DURATION" --latency -H "x-api-key: bench" "${extra[@]}" "$url" >"$WORK/$name.txt"
-  local after; after=$(cpu_ticks "${pids[@]}")
+  local after upstream_after; after=$(cpu_ticks "${pids[@]}"); upstream_after=$(cpu_ticks "$UPSTREAM_PID")
   local requests; requests=$(awk '/requests in/ {print $1}' "$WORK/$name.txt")
-  awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" -v rss="$(peak_rss_kb "${pids[@]}")" '
+  awk -v t=$((after - before)) -v u=$((upstream_after - upstream_before)) -v hz="$(getconf CLK_TCK)" \
+    -v n="$requests" -v rss="$(peak_rss_kb "${pids[@]}")" '
     /Requests\/sec/ {rps=$2} $1=="50%" {p50=$2} $1=="99%" {p99=$2}
-    END { printf "%s %s %s %.1f %d\n", rps, p50, p99, t / hz * 1e6 / n, rss }' "$WORK/$name.txt"
+    END { printf "%s %s %s %.1f %d %.1f\n", rps, p50, p99, t / hz * 1e6 / n, rss, u / hz * 1e6 / n }' "$WORK/$name.txt"
 }
 
 echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}"
-printf '%-30s %10s %9s %9s %11s %10s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB"
+printf '%-30s %10s %9s %9s %11s %10s %10s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB" "upstream"
 declare -A CPU RPS
 SCENARIOS="nginx a b c d nginx-flood e nginx-tls g"
 for round in $(seq "$ROUNDS"); do
@@ -185,8 +188,8 @@ for round in $(seq "$ROUNDS"); do
       nginx-tls) line=$(run "$scenario-$round" "https://127.0.0.1:$NGINX_TLS_PORT/bench" $NGINX_PIDS); label="nginx https keep-alive" ;;
       g) line=$(run "$scenario-$round" "https://127.0.0.1:$TLS_PORT/bench" "$A_PID"); label="(g) ours, https keep-alive" ;;
     esac
-    read -r rps p50 p99 cpu rss <<<"$line"
-    printf '%-30s %10s %9s %9s %11s %10s   (round %s) %s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$rss" "$round" "$note"
+    read -r rps p50 p99 cpu rss upstream <<<"$line"
+    printf '%-30s %10s %9s %9s %11s %10s %10s   (round %s) %s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$rss" "$upstream" "$round" "$note"
     CPU[$scenario]=$(awk -v a="${CPU[$scenario]:-0}" -v b="$cpu" 'BEGIN{print a + b}')
     RPS[$scenario]=$(awk -v a="${RPS[$scenario]:-0}" -v b="$rps" 'BEGIN{print a + b}')
   done
