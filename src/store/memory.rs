@@ -106,12 +106,19 @@ impl MemoryStore {
             .iter()
             .fold(0u64, |mask, r| mask | 1 << shard_of(r.identity));
         let mut guards = Small::new();
+        let mut slots = [0u8; SHARDS];
         let mut rest = touched;
         while rest != 0 {
-            guards.push(lock(&self.shards[rest.trailing_zeros() as usize]));
+            let shard = rest.trailing_zeros() as usize;
+            slots[shard] = guards.len() as u8;
+            guards.push(lock(&self.shards[shard]));
             rest &= rest - 1;
         }
-        LockedShards { touched, guards }
+        LockedShards {
+            touched,
+            guards,
+            slots,
+        }
     }
 }
 
@@ -125,6 +132,9 @@ struct LockedShards<'a> {
     touched: u64,
     /// Their guards, in ascending shard order.
     guards: Small<MutexGuard<'a, Shard>>,
+    /// Each locked shard's place in `guards`. (Counting the touched bits below a shard was a
+    /// software popcount on this target's baseline, ~19 instructions, twice a window.)
+    slots: [u8; SHARDS],
 }
 
 impl LockedShards<'_> {
@@ -133,8 +143,7 @@ impl LockedShards<'_> {
             self.touched & 1 << index != 0,
             "shard {index} is not locked"
         );
-        let below = self.touched & ((1u64 << index) - 1);
-        &mut self.guards[below.count_ones() as usize]
+        &mut self.guards[usize::from(self.slots[index])]
     }
 }
 
