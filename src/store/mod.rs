@@ -44,25 +44,23 @@ pub struct WindowRequest {
 /// the windows of every group that allows (enforced or shadow); otherwise none. The windows of
 /// one group must be adjacent in `requests`, as the limiter builds them.
 pub fn groups_to_commit(requests: &[WindowRequest], allowed: &[bool]) -> Small<bool> {
-    let mut group_allows: Small<bool> = Small::new();
+    // In place, a group at a time (counting each group's run and extending a second list
+    // cost a fifth more).
+    let mut commit: Small<bool> = Small::from_slice(allowed);
     let mut start = 0;
-    while start < requests.len() {
-        let group = requests[start].group;
-        let end = start
-            + requests[start..]
-                .iter()
-                .take_while(|r| r.group == group)
-                .count();
-        let allows = allowed[start..end].iter().all(|a| *a);
-        group_allows.extend(std::iter::repeat_n(allows, end - start));
+    for end in 1..=requests.len() {
+        if end < requests.len() && requests[end].group == requests[start].group {
+            continue;
+        }
+        let group_allows = commit[start..end].iter().all(|allows| *allows);
+        commit[start..end].fill(group_allows);
         start = end;
     }
-    let enforced_allow = requests
-        .iter()
-        .zip(&group_allows)
-        .all(|(r, allows)| r.shadow || *allows);
-    group_allows
-        .iter()
-        .map(|allows| enforced_allow && *allows)
-        .collect()
+    let enforced_allow = (requests.iter())
+        .zip(&commit)
+        .all(|(request, allows)| request.shadow || *allows);
+    if !enforced_allow {
+        commit.fill(false);
+    }
+    commit
 }

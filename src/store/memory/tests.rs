@@ -161,3 +161,46 @@ fn memory_is_bounded_expired_entries_go_and_live_ones_stay_limited() {
     ));
     assert!(!allowed(&store.check_all(&[fresh], later)));
 }
+
+/// What `groups_to_commit` must answer, as it was first written: each group's verdict
+/// spread over its windows, then none at all unless every enforced group allows.
+fn groups_to_commit_model(requests: &[WindowRequest], allowed: &[bool]) -> Vec<bool> {
+    let group_allows: Vec<bool> = (requests.iter())
+        .map(|r| {
+            let mut same = requests
+                .iter()
+                .zip(allowed)
+                .filter(|(o, _)| o.group == r.group);
+            same.all(|(_, allows)| *allows)
+        })
+        .collect();
+    let enforced_allow = (requests.iter())
+        .zip(&group_allows)
+        .all(|(r, allows)| r.shadow || *allows);
+    group_allows
+        .iter()
+        .map(|allows| enforced_allow && *allows)
+        .collect()
+}
+
+proptest::proptest! {
+    #[test]
+    fn groups_are_committed_whole_and_only_when_every_enforced_group_allows(
+        groups in proptest::collection::vec((1usize..4, proptest::bool::ANY), 0..5),
+        allowed_bits in proptest::num::u16::ANY,
+    ) {
+        let mut requests = Vec::new();
+        for (group, &(windows, shadow)) in groups.iter().enumerate() {
+            for _ in 0..windows {
+                let mut request = window(group as u128, Algorithm::Gcra, 10, 60, group);
+                request.shadow = shadow;
+                requests.push(request);
+            }
+        }
+        let allowed: Vec<bool> = (0..requests.len()).map(|i| allowed_bits >> i & 1 == 1).collect();
+        proptest::prop_assert_eq!(
+            groups_to_commit(&requests, &allowed).to_vec(),
+            groups_to_commit_model(&requests, &allowed)
+        );
+    }
+}
