@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
-use http::{HeaderMap, HeaderValue, Method, Response, Uri};
+use http::{HeaderValue, Method, Response, Uri};
 use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
@@ -33,13 +33,14 @@ pub struct UpstreamHead {
     pub fields: RequestFields,
 }
 
+#[cfg(test)]
 impl UpstreamHead {
-    /// A GET of `target` with no fields.
-    pub fn get(target: &'static str) -> UpstreamHead {
+    /// A GET of `target` with no fields, for tests.
+    pub(crate) fn get(target: &'static str) -> UpstreamHead {
         UpstreamHead {
             method: Method::GET,
             target: PathAndQuery::from_static(target),
-            fields: RequestFields::Map(HeaderMap::new()),
+            fields: RequestFields::Map(http::HeaderMap::new()),
         }
     }
 }
