@@ -123,18 +123,15 @@ impl FieldLines {
         if self.places.iter().all(|place| !place.role.is_hop_by_hop()) {
             return;
         }
-        let lists: SmallVec<[(u16, u16); 2]> = (self.places.iter())
-            .filter(|place| place.role == Role::Connection)
-            .map(Place::value)
-            .collect();
         let head = &self.head;
         let bytes = |(start, end): (u16, u16)| head.get(start as usize..end as usize);
-        let listed = |name: &[u8]| {
-            lists.iter().any(|&list| {
-                (bytes(list).unwrap_or_default().split(|&b| b == b','))
-                    .any(|token| token.trim_ascii().eq_ignore_ascii_case(name))
-            })
-        };
+        // As the map's strip reads them: lists of visible text only.
+        let connection: SmallVec<[&[u8]; 2]> = (self.places.iter())
+            .filter(|place| place.role == Role::Connection)
+            .filter_map(|place| bytes(place.value()))
+            .filter(|list| visible_text(list).is_some())
+            .collect();
+        let listed = |name: &[u8]| connection.iter().any(|list| headers::lists(list, name));
         self.places.retain(|place| {
             !(place.role.is_hop_by_hop() || listed(bytes(place.name()).unwrap_or_default()))
         });

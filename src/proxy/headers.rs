@@ -21,9 +21,9 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named = headers
         .get_all(CONNECTION)
         .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|list| list.split(','))
-        .filter_map(|token| HeaderName::from_bytes(token.trim().as_bytes()).ok());
+        .filter_map(|value| visible_text(value.as_bytes()))
+        .flat_map(|list| list_items(list.as_bytes()))
+        .filter_map(|token| HeaderName::from_bytes(token).ok());
     let hop_by_hop = headers.keys().filter(|name| is_hop_by_hop(name)).cloned();
     let gone: Vec<HeaderName> = named.chain(hop_by_hop).collect();
     for name in gone {
@@ -84,9 +84,18 @@ pub fn wants_upgrade(fields: &RequestFields) -> bool {
 pub fn connection_has(fields: &RequestFields, token: &str) -> bool {
     fields
         .get_all(&CONNECTION)
-        .filter_map(visible_text)
-        .flat_map(|list| list.split(','))
-        .any(|item| item.trim().eq_ignore_ascii_case(token))
+        .filter(|list| visible_text(list).is_some())
+        .any(|list| lists(list, token.as_bytes()))
+}
+
+/// The items of a comma-separated list field value (RFC 9110 §5.6.1), blanks trimmed.
+pub(crate) fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
+}
+
+/// True when the list field value `value` holds `token`, in any case.
+pub(crate) fn lists(value: &[u8], token: &[u8]) -> bool {
+    list_items(value).any(|item| item.eq_ignore_ascii_case(token))
 }
 
 /// Who asked, for the upstream's eyes.

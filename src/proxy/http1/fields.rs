@@ -6,7 +6,7 @@ use http::{StatusCode, Version};
 use smallvec::SmallVec;
 
 use super::head::parse_decimal;
-use crate::proxy::headers::{Role, role};
+use crate::proxy::headers::{Role, list_items, role};
 use crate::upstream_fields::UpstreamFields;
 
 /// What the response's Connection fields say.
@@ -20,7 +20,7 @@ pub(super) struct ConnectionOptions<'h> {
 
 impl<'h> ConnectionOptions<'h> {
     fn add(&mut self, list: &'h [u8]) {
-        for option in list.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+        for option in list_items(list) {
             if option.eq_ignore_ascii_case(b"close") {
                 self.close = true;
             } else if option.eq_ignore_ascii_case(b"keep-alive") {
@@ -106,7 +106,7 @@ impl<'h> ReadFields<'h> {
     }
 
     fn add_length(&mut self, list: &[u8]) {
-        for item in list.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+        for item in list_items(list) {
             self.content_length = match (parse_decimal(item), self.content_length) {
                 (_, Err(error)) => Err(error),
                 (None, _) => Err("invalid Content-Length"),

@@ -24,7 +24,7 @@ use http_body_util::{Either, Empty};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::connection::{Activity, Answering};
-use crate::proxy::headers::{Role, role};
+use crate::proxy::headers::{Role, lists, role};
 use crate::proxy::request::ProxyRequest;
 use crate::proxy::{self, ClientConnection, Runtime};
 use crate::request_fields::{FieldLines, RequestFields};
@@ -174,12 +174,7 @@ fn asks_to_close(headers: &HeaderMap) -> bool {
     headers
         .get_all(CONNECTION)
         .iter()
-        .any(|value| has_token(value.as_bytes(), b"close"))
-}
-
-fn has_token(list: &[u8], token: &[u8]) -> bool {
-    list.split(|&b| b == b',')
-        .any(|item| item.trim_ascii().eq_ignore_ascii_case(token))
+        .any(|value| lists(value.as_bytes(), b"close"))
 }
 
 // Returned once a request and matched at once: boxing the request would cost an allocation.
