@@ -63,8 +63,8 @@ impl MemoryStore {
         let mut checks: Small<WindowCheck> = Small::new();
         for request in requests {
             let shard = locked.shard(shard_of(request.identity));
-            let key = shard.resolve_key(split(request.identity), now, self.shard_capacity);
-            checks.push(shard.check(key, request, now));
+            let (key, cell) = shard.resolve_key(split(request.identity), now, self.shard_capacity);
+            checks.push(shard.check(key, cell, request, now));
             keys.push(key);
         }
         let allowed: Small<bool> = checks.iter().map(WindowCheck::is_allow).collect();
@@ -148,25 +148,41 @@ impl LockedShards<'_> {
 }
 
 impl Shard {
-    /// The key a window is stored under: its own, or an overflow cell when the shard is full.
-    fn resolve_key(&mut self, key: [u64; 2], now: Nanos, capacity: usize) -> [u64; 2] {
+    /// The key a window is stored under: its own, or an overflow cell when the shard is full;
+    /// and its own entry's cell while live, found by the same probe (a second probe in
+    /// `check` cost ~40 instructions a window).
+    fn resolve_key(
+        &mut self,
+        key: [u64; 2],
+        now: Nanos,
+        capacity: usize,
+    ) -> ([u64; 2], Option<Cell>) {
         let hash = key[1];
-        let known =
-            self.cells.find(hash, |e| e.key == key).is_some() || self.logs.contains_key(&key);
+        let (known, cell) = match self.cells.find(hash, |e| e.key == key) {
+            Some(entry) => (true, (entry.expires_at > now).then_some(entry.cell)),
+            None => (self.logs.contains_key(&key), None),
+        };
         if known || self.cells.len() + self.logs.len() < capacity || self.make_room(now, capacity) {
-            return key;
+            return (key, cell);
         }
-        overflow_key(key)
+        (overflow_key(key), None)
     }
 
-    fn check(&self, key: [u64; 2], request: &WindowRequest, now: Nanos) -> WindowCheck {
+    /// `cell` is what `resolve_key` found live under `key`; without one, the overflow cell's
+    /// state counts (what an identity counted there inherits).
+    fn check(
+        &self,
+        key: [u64; 2],
+        cell: Option<Cell>,
+        request: &WindowRequest,
+        now: Nanos,
+    ) -> WindowCheck {
         if request.algorithm == Algorithm::SlidingLog {
             let empty = Log::new();
             let log = self.logs.get(&key).map_or(&empty, |(log, _)| log);
             return sliding_log::check(log, now, &request.rate, request.cost);
         }
-        let cell = self
-            .live_cell(key, now)
+        let cell = cell
             .or_else(|| self.live_cell(overflow_key(key), now))
             .unwrap_or([0, 0]);
         check_cell(
