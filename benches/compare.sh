@@ -3,8 +3,10 @@
 # keep-alive reverse proxy with `limit_req` (a per-IP zone whose limit is never hit), and
 # ratelimit-proxy configured equivalently; each driven by the same wrk load, alternating runs.
 # Prints requests/s, p50, p99, CPU µs per request of the proxy process(es), peak RSS, the echo
-# upstream's CPU µs per request (it shares the cores, so it bounds req/s too), and the
-# ours/nginx ratios.
+# upstream's CPU µs per request (it shares the cores, so it bounds req/s too), the machine's
+# idle CPU µs per request (with wrk, the upstream and the proxy on two cores, req/s is two
+# cores over the sum of all four), and the ours/nginx ratios: over all rounds, and the median
+# of each round's own.
 #
 # Scenarios: (a) proxy only, (b) edge layer on, (c) edge + two memory-store limits, (d) the same
 # two limits in Redis, (e) a flood where 9 requests in 10 are denied (nginx: limit_req on the
@@ -149,26 +151,27 @@ end
 LUA
 
 # run NAME URL PIDS... [-- wrk args]: one wrk run; prints "req/s p50 p99 cpu_us rss_kb
-# upstream_cpu_us": CPU per request of PIDS, and of the echo upstream that shares the cores
+# upstream_cpu_us idle_us": CPU per request of PIDS, of the echo upstream that shares the
+# cores, and the machine's idle CPU time per request (cores no process had work for)
 run() {
   local name=$1 url=$2; shift 2
   local pids=() extra=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do pids+=("$1"); shift; done
   [ $# -gt 0 ] && shift && extra=("$@")
   wrk -t1 -c"$CONNS" -d2s -H "x-api-key: bench" "${extra[@]}" "$url" >/dev/null
-  local before upstream_before; before=$(cpu_ticks "${pids[@]}"); upstream_before=$(cpu_ticks "$UPSTREAM_PID")
+  local before upstream_before idle_before; before=$(cpu_ticks "${pids[@]}"); upstream_before=$(cpu_ticks "$UPSTREAM_PID"); idle_before=$(idle_ticks)
   wrk -t1 -c"$CONNS" -d"$DURATION" --latency -H "x-api-key: bench" "${extra[@]}" "$url" >"$WORK/$name.txt"
-  local after upstream_after; after=$(cpu_ticks "${pids[@]}"); upstream_after=$(cpu_ticks "$UPSTREAM_PID")
+  local after upstream_after idle_after; after=$(cpu_ticks "${pids[@]}"); upstream_after=$(cpu_ticks "$UPSTREAM_PID"); idle_after=$(idle_ticks)
   local requests; requests=$(awk '/requests in/ {print $1}' "$WORK/$name.txt")
   awk -v t=$((after - before)) -v u=$((upstream_after - upstream_before)) -v hz="$(getconf CLK_TCK)" \
-    -v n="$requests" -v rss="$(peak_rss_kb "${pids[@]}")" '
+    -v i=$((idle_after - idle_before)) -v n="$requests" -v rss="$(peak_rss_kb "${pids[@]}")" '
     /Requests\/sec/ {rps=$2} $1=="50%" {p50=$2} $1=="99%" {p99=$2}
-    END { printf "%s %s %s %.1f %d %.1f\n", rps, p50, p99, t / hz * 1e6 / n, rss, u / hz * 1e6 / n }' "$WORK/$name.txt"
+    END { printf "%s %s %s %.1f %d %.1f %.1f\n", rps, p50, p99, t / hz * 1e6 / n, rss, u / hz * 1e6 / n, i / hz * 1e6 / n }' "$WORK/$name.txt"
 }
 
 echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}"
-printf '%-30s %10s %9s %9s %11s %10s %10s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB" "upstream"
-declare -A CPU RPS
+printf '%-30s %10s %9s %9s %11s %10s %10s %6s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB" "upstream" "idle"
+declare -A CPU RPS ROUND_CPU ROUND_RPS
 SCENARIOS="nginx a b c d nginx-flood e nginx-tls g"
 for round in $(seq "$ROUNDS"); do
   for scenario in $SCENARIOS; do
@@ -188,18 +191,27 @@ for round in $(seq "$ROUNDS"); do
       nginx-tls) line=$(run "$scenario-$round" "https://127.0.0.1:$NGINX_TLS_PORT/bench" $NGINX_PIDS); label="nginx https keep-alive" ;;
       g) line=$(run "$scenario-$round" "https://127.0.0.1:$TLS_PORT/bench" "$A_PID"); label="(g) ours, https keep-alive" ;;
     esac
-    read -r rps p50 p99 cpu rss upstream <<<"$line"
-    printf '%-30s %10s %9s %9s %11s %10s %10s   (round %s) %s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$rss" "$upstream" "$round" "$note"
+    read -r rps p50 p99 cpu rss upstream idle <<<"$line"
+    printf '%-30s %10s %9s %9s %11s %10s %10s %6s   (round %s) %s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$rss" "$upstream" "$idle" "$round" "$note"
     CPU[$scenario]=$(awk -v a="${CPU[$scenario]:-0}" -v b="$cpu" 'BEGIN{print a + b}')
+    ROUND_CPU[$scenario,$round]=$cpu; ROUND_RPS[$scenario,$round]=$rps
     RPS[$scenario]=$(awk -v a="${RPS[$scenario]:-0}" -v b="$rps" 'BEGIN{print a + b}')
   done
 done
 if [ "$ROUNDS" -gt 0 ]; then
 echo
 echo "ratios over all rounds (ours / nginx): CPU per request (lower is better), req/s (higher is better)"
+# Also the median of the rounds' own ratios (each round's pair ran back to back): one
+# disturbed run moves a sum by a fifth on this shared machine, the median by a round.
 ratio() { # LABEL OURS THEIRS
+  local cpu_ratios=() rps_ratios=()
+  for round in $(seq "$ROUNDS"); do
+    cpu_ratios+=("$(awk -v a="${ROUND_CPU[$2,$round]}" -v b="${ROUND_CPU[$3,$round]}" 'BEGIN { print a / b }')")
+    rps_ratios+=("$(awk -v a="${ROUND_RPS[$2,$round]}" -v b="${ROUND_RPS[$3,$round]}" 'BEGIN { print a / b }')")
+  done
   awk -v s="$1" -v oc="${CPU[$2]}" -v nc="${CPU[$3]}" -v orps="${RPS[$2]}" -v nrps="${RPS[$3]}" \
-    'BEGIN { printf "%-34s CPU µs/req %.2f×   req/s %.2f×\n", s, oc / nc, orps / nrps }'
+    -v mc="$(median "${cpu_ratios[@]}")" -v mr="$(median "${rps_ratios[@]}")" \
+    'BEGIN { printf "%-34s CPU µs/req %.2f×   req/s %.2f×   (median round: %.2f×, %.2f×)\n", s, oc / nc, orps / nrps, mc, mr }'
 }
 ratio "(a) proxy only" a nginx
 ratio "(b) edge layer" b nginx
