@@ -1,6 +1,7 @@
-//! The in-process store: 64 shards of window cells keyed by identity. A request's windows are
-//! checked and committed under the locks of every shard they touch, taken in ascending order,
-//! so many tasks on one key never admit more than the limit, and all-or-nothing holds.
+//! The in-process store: 64 shards of window cells keyed by identity, the windows of one limit's
+//! identity in one shard. A request's windows are checked and committed under the locks of
+//! every shard they touch, taken in ascending order, so many tasks on one key never admit
+//! more than the limit, and all-or-nothing holds.
 //!
 //! Each entry records when it becomes equivalent to a fresh one (like a Redis PEXPIRE); such
 //! entries are swept when a shard fills. Memory is bounded by `max_entries`: when a shard is
@@ -62,7 +63,7 @@ impl MemoryStore {
         let mut keys: Small<[u64; 2]> = Small::new();
         let mut checks: Small<WindowCheck> = Small::new();
         for request in requests {
-            let shard = locked.shard(shard_of(request.identity));
+            let shard = locked.shard(shard_of(request));
             let (key, cell) = shard.resolve_key(split(request.identity), now, self.shard_capacity);
             checks.push(shard.check(key, cell, request, now));
             keys.push(key);
@@ -72,7 +73,7 @@ impl MemoryStore {
         for (i, request) in requests.iter().enumerate() {
             if commit[i] {
                 locked
-                    .shard(shard_of(request.identity))
+                    .shard(shard_of(request))
                     .commit(keys[i], request, &checks[i], now);
             }
         }
@@ -104,7 +105,7 @@ impl MemoryStore {
         // without sorting.
         let touched = requests
             .iter()
-            .fold(0u64, |mask, r| mask | 1 << shard_of(r.identity));
+            .fold(0u64, |mask, r| mask | 1 << shard_of(r));
         let mut guards = Small::new();
         let mut slots = [0u8; SHARDS];
         let mut rest = touched;
@@ -246,8 +247,10 @@ impl Shard {
     }
 }
 
-fn shard_of(identity: u128) -> usize {
-    (identity >> 122) as usize % SHARDS
+/// The windows of one limit's identity share a shard: a request under two limits of two
+/// windows locks two shards, not four (each lock and unlock ~50 instructions).
+fn shard_of(request: &WindowRequest) -> usize {
+    (request.limit_identity >> 122) as usize % SHARDS
 }
 
 fn split(identity: u128) -> [u64; 2] {

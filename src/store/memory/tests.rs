@@ -204,3 +204,19 @@ proptest::proptest! {
         );
     }
 }
+
+#[test]
+fn the_windows_of_one_identity_lock_one_shard() {
+    let store = MemoryStore::new(1000);
+    let limit_identity = 0xfeed_u128 << 100 | 7;
+    let windows: Vec<WindowRequest> = (0..4)
+        .map(|w| WindowRequest {
+            identity: crate::limit::key::window_identity(limit_identity, w),
+            limit_identity,
+            window: w,
+            ..window(limit_identity, Algorithm::Gcra, 5, 60, 0)
+        })
+        .collect();
+    assert_eq!(store.lock_shards(&windows).guards.len(), 1);
+    assert!(allowed(&store.check_all(&windows, NOW)));
+}
