@@ -18,6 +18,9 @@
 #   WORKERS=2 benches/compare.sh            # two nginx workers against two of ours (default 1)
 #   ROUNDS=0 RATE=20000 benches/compare.sh  # only (f), at a given rate
 #   F_ROUNDS=5 benches/compare.sh           # (f) in 5 alternating rounds, medians (default 3)
+#   ECHO_THREADS=1 benches/compare.sh       # the echo upstream on one runtime thread (default: one
+#                                           # per core, whose workers wake and preempt each other
+#                                           # and the proxy on a 2-core machine)
 #   NGINX_FIELDS=same benches/compare.sh    # nginx also sets X-Forwarded-Proto/-Host and keeps or
 #                                           # mints X-Request-Id, as ours does (see common.sh); the
 #                                           # targets are judged without
@@ -42,7 +45,13 @@ ensure_oha
 NGINX=$(command -v nginx)
 
 UPSTREAM_PORT=$(free_port)
-"$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!); UPSTREAM_PID=$!
+# The echo upstream's runtime threads: tokio's default (one per core) unless ECHO_THREADS is set.
+ECHO_ENV=()
+if [ -n "${ECHO_THREADS:-}" ]; then
+  [[ $ECHO_THREADS =~ ^[1-9][0-9]*$ ]] || { echo "ECHO_THREADS is \"$ECHO_THREADS\": expected a whole number of threads, 1 or more" >&2; exit 1; }
+  ECHO_ENV=(TOKIO_WORKER_THREADS="$ECHO_THREADS")
+fi
+env "${ECHO_ENV[@]}" "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!); UPSTREAM_PID=$!
 start_redis
 bench_certificate
 
@@ -169,7 +178,7 @@ run() {
     END { printf "%s %s %s %.1f %d %.1f %.1f\n", rps, p50, p99, t / hz * 1e6 / n, rss, u / hz * 1e6 / n, i / hz * 1e6 / n }' "$WORK/$name.txt"
 }
 
-echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}"
+echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}, ECHO_THREADS=${ECHO_THREADS:-default}"
 printf '%-30s %10s %9s %9s %11s %10s %10s %6s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB" "upstream" "idle"
 declare -A CPU RPS ROUND_CPU ROUND_RPS
 SCENARIOS="nginx a b c d nginx-flood e nginx-tls g"
