@@ -435,19 +435,13 @@ impl Limiter {
 }
 
 /// Where the first of the statuses with the fewest requests remaining, then the longest
-/// reset, is.
+/// reset, is (`min_by` keeps the first of equals, as the stable sort this replaced did).
 fn most_restrictive(statuses: &[RateStatus]) -> Option<usize> {
-    let tighter = |a: &RateStatus, b: &RateStatus| {
-        a.remaining < b.remaining || (a.remaining == b.remaining && a.reset > b.reset)
-    };
-    let best = (1..statuses.len()).fold(0, |best, i| {
-        if tighter(&statuses[i], &statuses[best]) {
-            i
-        } else {
-            best
-        }
-    });
-    (!statuses.is_empty()).then_some(best)
+    statuses
+        .iter()
+        .enumerate()
+        .min_by(|(_, a), (_, b)| a.remaining.cmp(&b.remaining).then(b.reset.cmp(&a.reset)))
+        .map(|(i, _)| i)
 }
 
 /// The identity hashed as far as limit `rule` (for `tier`) and its policy: what the state of
