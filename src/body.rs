@@ -7,17 +7,20 @@ use std::task::{Context, Poll};
 
 use crate::proxy::connections::PooledBody;
 use bytes::Bytes;
-use http::Response;
+use http::{HeaderValue, Response, header};
 use http_body::{Body, Frame, SizeHint};
-use http_body_util::{Either, Full};
+use http_body_util::Full;
 
 use crate::added_fields::AddedFields;
 use crate::metrics::InFlightGauge;
 use crate::route::InFlightSlot;
 use crate::upstream_fields::UpstreamFields;
 
+/// The content type of every problem answer the gateway generates (RFC 9457).
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
 pub struct ResponseBody {
-    inner: Either<PooledBody, Full<Bytes>>,
+    inner: Source,
     /// Fields for the head, kept apart from the header map until the head is written (see
     /// `added_fields`).
     added: AddedFields,
@@ -25,10 +28,21 @@ pub struct ResponseBody {
     _counted: Option<InFlightGauge>,
 }
 
+enum Source {
+    Upstream(PooledBody),
+    /// Made here. A problem's `Content-Type` goes into the head with the added fields, not
+    /// into the header map: inserting it cost a denial ~0.6k instructions, 4%, with the map's
+    /// allocations and the lookups the head's writer makes in a map that is not empty.
+    Generated {
+        bytes: Full<Bytes>,
+        problem: bool,
+    },
+}
+
 impl ResponseBody {
     pub fn upstream(body: PooledBody) -> ResponseBody {
         ResponseBody {
-            inner: Either::Left(body),
+            inner: Source::Upstream(body),
             added: AddedFields::default(),
             _slot: None,
             _counted: None,
@@ -36,11 +50,31 @@ impl ResponseBody {
     }
 
     pub fn generated(bytes: Bytes) -> ResponseBody {
+        ResponseBody::made_here(bytes, false)
+    }
+
+    /// An `application/problem+json` body.
+    pub fn problem(bytes: Bytes) -> ResponseBody {
+        ResponseBody::made_here(bytes, true)
+    }
+
+    fn made_here(bytes: Bytes, problem: bool) -> ResponseBody {
         ResponseBody {
-            inner: Either::Right(Full::new(bytes)),
+            inner: Source::Generated {
+                bytes: Full::new(bytes),
+                problem,
+            },
             added: AddedFields::default(),
             _slot: None,
             _counted: None,
+        }
+    }
+
+    /// The content type the body sets itself (a problem's), written with the head.
+    pub fn content_type(&self) -> Option<&'static str> {
+        match self.inner {
+            Source::Generated { problem: true, .. } => Some(PROBLEM_JSON),
+            _ => None,
         }
     }
 
@@ -55,17 +89,22 @@ impl ResponseBody {
     /// An upstream response's fields, which its header map does not hold.
     pub fn upstream_fields(&self) -> Option<&UpstreamFields> {
         match &self.inner {
-            Either::Left(upstream) => Some(upstream.fields()),
-            Either::Right(_) => None,
+            Source::Upstream(upstream) => Some(upstream.fields()),
+            Source::Generated { .. } => None,
         }
     }
 
-    /// The response with its upstream's fields, then its added ones, moved into its header
-    /// map, for a server that writes heads from the map alone (hyper).
+    /// The response with its upstream's fields or its own content type, then its added
+    /// fields, moved into its header map, for a server that writes heads from the map alone
+    /// (hyper).
     pub fn with_fields_in_headers(response: Response<ResponseBody>) -> Response<ResponseBody> {
         let (mut parts, mut body) = response.into_parts();
-        if let Either::Left(upstream) = &mut body.inner {
+        if let Source::Upstream(upstream) = &mut body.inner {
             upstream.fields_mut().move_into(&mut parts.headers);
+        }
+        if let Some(content_type) = body.content_type() {
+            let value = HeaderValue::from_static(content_type);
+            parts.headers.insert(header::CONTENT_TYPE, value);
         }
         body.added.move_into(&mut parts.headers);
         Response::from_parts(parts, body)
@@ -87,14 +126,25 @@ impl Body for ResponseBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
+        match &mut self.inner {
+            Source::Upstream(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            Source::Generated { bytes, .. } => Pin::new(bytes)
+                .poll_frame(cx)
+                .map_err(|never| match never {}),
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        match &self.inner {
+            Source::Upstream(body) => body.is_end_stream(),
+            Source::Generated { bytes, .. } => bytes.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match &self.inner {
+            Source::Upstream(body) => body.size_hint(),
+            Source::Generated { bytes, .. } => bytes.size_hint(),
+        }
     }
 }

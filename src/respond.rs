@@ -297,12 +297,8 @@ pub fn problem_response(
     body.extend_from_slice(b",\"request_id\":");
     push_json_string(&mut body, request_id.to_str().unwrap_or_default());
     body.push(b'}');
-    let mut response = Response::new(ResponseBody::generated(Bytes::from(body)));
+    let mut response = Response::new(ResponseBody::problem(Bytes::from(body)));
     *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
     response
 }
 
@@ -374,6 +370,7 @@ mod tests {
         };
         let response = error_response(&error, &HeaderValue::from_static("abc"));
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        let response = ResponseBody::with_fields_in_headers(response);
         assert_eq!(
             response.headers()[header::CONTENT_TYPE],
             "application/problem+json"

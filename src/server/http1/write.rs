@@ -2,7 +2,7 @@
 //! framing, `Date`) and its body, delimited as hyper would.
 
 use futures_util::FutureExt;
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use std::io;
 
 use bytes::Bytes;
@@ -53,6 +53,7 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
     out.reserve(1024);
     let fields = Fields {
         own: &parts.headers,
+        content_type: body.content_type(),
         upstream: body.upstream_fields(),
         added: body.added(),
     };
@@ -178,14 +179,17 @@ fn body_length(status: StatusCode, headers: &HeaderMap, body: &ResponseBody) -> 
 struct Fields<'a> {
     /// The response's header map: a generated response's fields.
     own: &'a HeaderMap,
+    /// The content type a generated body sets itself (`ResponseBody::content_type`).
+    content_type: Option<&'static str>,
     /// An upstream response's fields, hop-by-hop and framing ones already left out.
     upstream: Option<&'a UpstreamFields>,
     added: &'a AddedFields,
 }
 
 /// The status line; the response's fields less its framing, its `Connection` and those the
-/// added fields replace; the framing; the added fields; `Date` unless the response has one;
-/// and `Connection: close` when the connection closes after it.
+/// added fields replace; a generated body's content type; the framing; the added fields;
+/// `Date` unless the response has one; and `Connection: close` when the connection closes
+/// after it.
 fn encode_head(
     out: &mut Vec<u8>,
     status: StatusCode,
@@ -202,6 +206,9 @@ fn encode_head(
     // a 204.
     let keeps_length = length == Length::None && status != StatusCode::NO_CONTENT;
     let has_date = fields.encode(out, keeps_length);
+    if let Some(content_type) = fields.content_type {
+        encode_field(out, "content-type", content_type.as_bytes());
+    }
     match length {
         Length::Exactly(n) => encode_length(out, n),
         Length::Chunked => encode_field(out, "transfer-encoding", b"chunked"),
@@ -218,14 +225,16 @@ fn encode_head(
 }
 
 impl Fields<'_> {
-    /// Writes the response's own and upstream fields, less the framing, `Connection` and
-    /// those the added fields replace (a kept Content-Length only when `keeps_length`);
-    /// true when one was a `Date`.
+    /// Writes the response's own and upstream fields, less the framing, `Connection`, a
+    /// `Content-Type` the body sets and those the added fields replace (a kept Content-Length
+    /// only when `keeps_length`); true when one was a `Date`.
     fn encode(&self, out: &mut Vec<u8>, keeps_length: bool) -> bool {
         for (name, value) in self.own {
             // The framing is written by `encode_head`, `Connection` by this server.
             let kept = if name == TRANSFER_ENCODING || name == CONNECTION {
                 false
+            } else if name == CONTENT_TYPE {
+                self.content_type.is_none()
             } else if name == CONTENT_LENGTH {
                 keeps_length
             } else {
@@ -303,6 +312,7 @@ mod tests {
         let mut out = Vec::new();
         let fields = Fields {
             own: &parts.headers,
+            content_type: body.content_type(),
             upstream: None,
             added: body.added(),
         };
@@ -331,6 +341,7 @@ mod tests {
         let mut out = Vec::new();
         let fields = Fields {
             own: &parts.headers,
+            content_type: body.content_type(),
             upstream: None,
             added: body.added(),
         };
@@ -341,6 +352,40 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("content-length") && !text.contains("connection"));
+    }
+
+    #[test]
+    fn a_problems_head_has_its_content_type_once_in_place_of_the_maps() {
+        let mut problem = Response::new(ResponseBody::problem(Bytes::from_static(b"{}")));
+        problem
+            .headers_mut()
+            .insert("content-type", "text/plain".parse().unwrap());
+        let (parts, body) = problem.into_parts();
+        let mut out = Vec::new();
+        let fields = Fields {
+            own: &parts.headers,
+            content_type: body.content_type(),
+            upstream: None,
+            added: body.added(),
+        };
+        encode_head(&mut out, parts.status, &fields, Length::Exactly(2), true);
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.starts_with(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/problem+json\r\ncontent-length: 2\r\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.matches("content-type").count(), 1, "{text}");
+        let through_hyper = ResponseBody::with_fields_in_headers(Response::from_parts(parts, body));
+        assert_eq!(
+            through_hyper
+                .headers()
+                .get_all("content-type")
+                .iter()
+                .collect::<Vec<_>>(),
+            ["application/problem+json"]
+        );
     }
 
     #[test]
@@ -355,6 +400,7 @@ mod tests {
         let own = HeaderMap::new();
         let fields = Fields {
             own: &own,
+            content_type: None,
             upstream: Some(&upstream),
             added: &added,
         };
