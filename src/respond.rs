@@ -328,27 +328,41 @@ fn push_json_content(out: &mut Vec<u8>, text: &str) {
     out.extend_from_slice(rest);
 }
 
-/// Where the first byte JSON needs escaped is. Each 16-byte block is tested as a whole, with
-/// no early exit, which the compiler turns into a few vector instructions.
+/// Where the first byte JSON needs escaped is, eight bytes at a time: a problem's pieces are
+/// short, and a byte at a time (past the last whole block) this cost a denial ~1k
+/// instructions, 7%.
 fn first_to_escape(bytes: &[u8]) -> Option<usize> {
-    const BLOCK: usize = 16;
-    let mut blocks = bytes.chunks_exact(BLOCK);
-    for (index, block) in blocks.by_ref().enumerate() {
-        if block
-            .iter()
-            .fold(false, |found, &byte| found | needs_escape(byte))
-        {
-            return block
-                .iter()
-                .position(|&byte| needs_escape(byte))
-                .map(|at| index * BLOCK + at);
-        }
+    if bytes.len() < 8 {
+        return bytes.iter().position(|&byte| needs_escape(byte));
     }
-    let tail = blocks.remainder();
-    let tail_start = bytes.len() - tail.len();
-    tail.iter()
-        .position(|&byte| needs_escape(byte))
-        .map(|at| tail_start + at)
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or_default());
+    // Whole words, then the last eight bytes: they overlap bytes found plain, which a borrow
+    // cannot flag, so the lowest flag is still the first byte to escape.
+    let last = bytes.len() - 8;
+    let mut at = 0;
+    loop {
+        let start = at.min(last);
+        let flags = escape_flags(word(start));
+        if flags != 0 {
+            return Some(start + flags.trailing_zeros() as usize / 8);
+        }
+        if start == last {
+            return None;
+        }
+        at += 8;
+    }
+}
+
+/// The top bit of each byte of `word` (read little-endian) that JSON needs escaped, and
+/// perhaps of bytes above such a byte (a borrow), never below: the lowest is exact.
+fn escape_flags(word: u64) -> u64 {
+    const EACH: u64 = 0x0101_0101_0101_0101;
+    const TOP: u64 = EACH * 0x80;
+    // A byte's top bit is set after the subtraction, and clear before it, only when the byte
+    // was below `n` (for `n` up to 0x80), or when a byte below it was.
+    let below = |word: u64, n: u8| word.wrapping_sub(EACH * u64::from(n)) & !word & TOP;
+    let equal = |byte: u8| below(word ^ (EACH * u64::from(byte)), 1);
+    below(word, 0x20) | equal(b'"') | equal(b'\\')
 }
 
 /// What JSON allows in a string only escaped.
@@ -437,6 +451,24 @@ mod tests {
             json.push(b'"');
             let read: String = serde_json::from_slice(&json).unwrap();
             prop_assert_eq!(read, pieces.concat());
+        }
+
+        #[test]
+        fn the_first_byte_to_escape_is_the_one_a_byte_at_a_time_search_finds(
+            bytes in proptest::collection::vec(
+                prop_oneof![
+                    8 => 0x20u8..0x7f,
+                    1 => Just(b'"'),
+                    1 => Just(b'\\'),
+                    1 => 0u8..0x21,
+                    1 => 0x7fu8..0x81,
+                    1 => any::<u8>(),
+                ],
+                0..40,
+            ),
+        ) {
+            let expected = bytes.iter().position(|&byte| needs_escape(byte));
+            prop_assert_eq!(first_to_escape(&bytes), expected);
         }
 
         #[test]
