@@ -51,13 +51,13 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
     let length = body_length(parts.status, &parts.headers, &body);
     out.clear();
     out.reserve(1024);
-    let fields = Fields {
-        own: &parts.headers,
-        content_type: body.content_type(),
-        upstream: body.upstream_fields(),
-        added: body.added(),
-    };
-    encode_head(out, parts.status, &fields, length, keep_alive);
+    encode_head(
+        out,
+        parts.status,
+        &Fields::of(&parts.headers, &body),
+        length,
+        keep_alive,
+    );
     // The bytes still owed under a Content-Length; None when chunked.
     let mut left = match length {
         Length::None => {
@@ -224,7 +224,17 @@ fn encode_head(
     out.extend_from_slice(b"\r\n");
 }
 
-impl Fields<'_> {
+impl<'a> Fields<'a> {
+    /// A response's fields: its header map's and what its body holds.
+    fn of(headers: &'a HeaderMap, body: &'a ResponseBody) -> Fields<'a> {
+        Fields {
+            own: headers,
+            content_type: body.content_type(),
+            upstream: body.upstream_fields(),
+            added: body.added(),
+        }
+    }
+
     /// Writes the response's own and upstream fields, less the framing, `Connection`, a
     /// `Content-Type` the body sets and those the added fields replace (a kept Content-Length
     /// only when `keeps_length`); true when one was a `Date`.
@@ -310,12 +320,7 @@ mod tests {
         let length = body_length(parts.status, &parts.headers, &body);
         assert_eq!(length, Length::Exactly(2));
         let mut out = Vec::new();
-        let fields = Fields {
-            own: &parts.headers,
-            content_type: body.content_type(),
-            upstream: None,
-            added: body.added(),
-        };
+        let fields = Fields::of(&parts.headers, &body);
         encode_head(&mut out, parts.status, &fields, length, false);
         let text = String::from_utf8(out).unwrap();
         let (before_date, date) = text.split_once("date: ").unwrap();
@@ -339,12 +344,7 @@ mod tests {
             Length::None
         );
         let mut out = Vec::new();
-        let fields = Fields {
-            own: &parts.headers,
-            content_type: body.content_type(),
-            upstream: None,
-            added: body.added(),
-        };
+        let fields = Fields::of(&parts.headers, &body);
         encode_head(&mut out, parts.status, &fields, Length::None, true);
         let text = String::from_utf8(out).unwrap();
         assert!(
@@ -362,12 +362,7 @@ mod tests {
             .insert("content-type", "text/plain".parse().unwrap());
         let (parts, body) = problem.into_parts();
         let mut out = Vec::new();
-        let fields = Fields {
-            own: &parts.headers,
-            content_type: body.content_type(),
-            upstream: None,
-            added: body.added(),
-        };
+        let fields = Fields::of(&parts.headers, &body);
         encode_head(&mut out, parts.status, &fields, Length::Exactly(2), true);
         let text = String::from_utf8(out).unwrap();
         assert!(
