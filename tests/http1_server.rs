@@ -323,6 +323,18 @@ async fn a_denial_carries_its_fields_once_and_the_connection_stays_open() {
             assert_eq!(problem["status"], 429);
         }
     }
+
+    // The same denial through hyper (HTTP/2): its content type is set from the body too.
+    let mut sender = h2c_sender(gateway.addr).await;
+    let request = Request::get("http://t/")
+        .header("x-api-key", "k")
+        .body(empty())
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let types: Vec<_> = response.headers().get_all("content-type").iter().collect();
+    assert_eq!(types, ["application/problem+json"]);
+    assert_eq!(response.headers().get_all("retry-after").iter().count(), 1);
 }
 
 #[tokio::test]
