@@ -17,7 +17,7 @@ use crate::route::InFlightSlot;
 use crate::upstream_fields::UpstreamFields;
 
 /// The content type of every problem answer the gateway generates (RFC 9457).
-pub const PROBLEM_JSON: &str = "application/problem+json";
+const PROBLEM_JSON: &str = "application/problem+json";
 
 pub struct ResponseBody {
     inner: Source,

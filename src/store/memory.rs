@@ -64,7 +64,7 @@ impl MemoryStore {
         let mut checks: Small<WindowCheck> = Small::new();
         for request in requests {
             let shard = locked.shard(shard_of(request));
-            let (key, cell) = shard.resolve_key(split(request.identity), now, self.shard_capacity);
+            let (key, cell) = shard.resolve(split(request.identity), now, self.shard_capacity);
             checks.push(shard.check(key, cell, request, now));
             keys.push(key);
         }
@@ -152,12 +152,7 @@ impl Shard {
     /// The key a window is stored under: its own, or an overflow cell when the shard is full;
     /// and its own entry's cell while live, found by the same probe (a second probe in
     /// `check` cost ~40 instructions a window).
-    fn resolve_key(
-        &mut self,
-        key: [u64; 2],
-        now: Nanos,
-        capacity: usize,
-    ) -> ([u64; 2], Option<Cell>) {
+    fn resolve(&mut self, key: [u64; 2], now: Nanos, capacity: usize) -> ([u64; 2], Option<Cell>) {
         let hash = key[1];
         let (known, cell) = match self.cells.find(hash, |e| e.key == key) {
             Some(entry) => (true, (entry.expires_at > now).then_some(entry.cell)),
@@ -169,7 +164,7 @@ impl Shard {
         (overflow_key(key), None)
     }
 
-    /// `cell` is what `resolve_key` found live under `key`; without one, the overflow cell's
+    /// `cell` is what `resolve` found live under `key`; without one, the overflow cell's
     /// state counts (what an identity counted there inherits).
     fn check(
         &self,
