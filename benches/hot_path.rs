@@ -161,7 +161,7 @@ fn limits_decision(c: &mut Criterion) {
         client_ip: ip,
         route: "default",
         method: &http::Method::GET,
-        host: Some("api.example.com"),
+        host: Some(b"api.example.com"),
         path: "/v1/things",
         query: None,
         fields: &headers,

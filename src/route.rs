@@ -50,10 +50,10 @@ impl Route {
         Ok(Some(InFlightSlot(self.in_flight.clone())))
     }
 
-    fn matches(&self, host: Option<&str>, path: &str, method: &Method) -> bool {
+    fn matches(&self, host: Option<&[u8]>, path: &str, method: &Method) -> bool {
         let host_matches = match (&self.host, host) {
             (None, _) => true,
-            (Some(wanted), Some(host)) => wanted.eq_ignore_ascii_case(host),
+            (Some(wanted), Some(host)) => wanted.as_bytes().eq_ignore_ascii_case(host),
             (Some(_), None) => false,
         };
         host_matches
@@ -95,19 +95,22 @@ impl Router {
     }
 
     /// The first route that matches. `host` may carry a port, which is ignored.
-    pub fn find(&self, host: Option<&str>, path: &str, method: &Method) -> Option<&Route> {
+    /// `host` is the request's Host (or `:authority`) as it came, port and all: bytes, as
+    /// checking it is UTF-8 cost more than the rest of the search.
+    pub fn find(&self, host: Option<&[u8]>, path: &str, method: &Method) -> Option<&Route> {
         let host = host.filter(|_| self.any_host).map(strip_port);
         self.routes.iter().find(|r| r.matches(host, path, method))
     }
 }
 
-fn strip_port(host: &str) -> &str {
-    if host.starts_with('[') {
+fn strip_port(host: &[u8]) -> &[u8] {
+    if host.starts_with(b"[") {
         // [v6]:port
-        return host.split_once(']').map_or(host, |(h, _)| &h[1..]);
+        let end = host.iter().position(|&b| b == b']');
+        return end.map_or(host, |end| &host[1..end]);
     }
-    match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+    match host.iter().rposition(|&b| b == b':') {
+        Some(colon) if host[colon + 1..].iter().all(u8::is_ascii_digit) => &host[..colon],
         _ => host,
     }
 }
@@ -148,7 +151,7 @@ mod tests {
         path: &str,
         method: Method,
     ) -> Option<&'a str> {
-        router.find(host, path, &method).map(|r| r.name.as_str())
+        (router.find(host.map(str::as_bytes), path, &method)).map(|r| r.name.as_str())
     }
 
     #[test]
@@ -205,9 +208,16 @@ mod tests {
 
     #[test]
     fn strips_ports_from_names_and_ipv6_literals() {
-        assert_eq!(strip_port("example.com:80"), "example.com");
-        assert_eq!(strip_port("example.com"), "example.com");
-        assert_eq!(strip_port("[::1]:8080"), "::1");
-        assert_eq!(strip_port("[::1]"), "::1");
+        for (host, name) in [
+            ("example.com:80", "example.com"),
+            ("example.com", "example.com"),
+            ("example.com:", "example.com"),
+            ("example.com:http", "example.com:http"),
+            ("[::1]:8080", "::1"),
+            ("[::1]", "::1"),
+            ("[::1", "[::1"),
+        ] {
+            assert_eq!(strip_port(host.as_bytes()), name.as_bytes(), "{host}");
+        }
     }
 }

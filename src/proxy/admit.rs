@@ -40,7 +40,7 @@ pub async fn admit(
     runtime: &Runtime,
     route: &Route,
     request: &ProxyRequest,
-    host: Option<&str>,
+    host: Option<&[u8]>,
     client: ClientIp,
     request_id: &HeaderValue,
 ) -> Admission {

@@ -40,7 +40,8 @@ pub fn forward<'r>(
     let wants_upgrade = headers::wants_upgrade(&fields);
     let protocol = wants_upgrade.then(|| fields.value(&UPGRADE)).flatten();
     let client_upgrade = upgrade.filter(|_| wants_upgrade);
-    let set = headers::to_upstream(&mut fields, forwarded, protocol);
+    let authority = uri.authority().map(|a| a.as_str());
+    let set = headers::to_upstream(&mut fields, forwarded, authority, protocol);
     let target = uri
         .path_and_query()
         .cloned()

@@ -1,7 +1,7 @@
 //! Header rewriting between client and upstream: hop-by-hop headers (RFC 9110 §7.6.1) never
 //! cross the proxy, and the upstream learns who asked through X-Forwarded-*.
 
-use http::header::{CONNECTION, HOST, UPGRADE};
+use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::request_fields::{RequestFields, visible_text};
@@ -46,12 +46,33 @@ pub(crate) enum Role {
     Upgrade,
     /// Keep-Alive, TE, Trailer, Proxy-*: for this connection only.
     HopByHop,
+    /// End to end, told apart so that a request's Host is found without comparing names.
+    Host,
 }
 
 impl Role {
     /// For this connection only: never forwarded.
     pub(crate) fn is_hop_by_hop(self) -> bool {
-        !matches!(self, Role::EndToEnd | Role::ContentLength)
+        !matches!(self, Role::EndToEnd | Role::ContentLength | Role::Host)
+    }
+
+    /// The role that only fields called `name` have, if it has one of its own: finding such
+    /// a field compares roles, not names.
+    pub(crate) fn only_of(name: &HeaderName) -> Option<Role> {
+        // Standard names compare as small numbers (matching the text cost ~20 instructions).
+        if *name == HOST {
+            Some(Role::Host)
+        } else if *name == CONNECTION {
+            Some(Role::Connection)
+        } else if *name == UPGRADE {
+            Some(Role::Upgrade)
+        } else if *name == CONTENT_LENGTH {
+            Some(Role::ContentLength)
+        } else if *name == TRANSFER_ENCODING {
+            Some(Role::TransferEncoding)
+        } else {
+            None
+        }
     }
 }
 
@@ -64,6 +85,7 @@ pub(crate) fn role(name: &[u8]) -> Role {
     };
     match (name.len(), first) {
         (2, b't') if is("te") => Role::HopByHop,
+        (4, b'h') if is("host") => Role::Host,
         (7, b't') if is("trailer") => Role::HopByHop,
         (7, b'u') if is("upgrade") => Role::Upgrade,
         (10, b'c') if is("connection") => Role::Connection,
@@ -106,8 +128,6 @@ pub struct Forwarded<'a> {
     /// never see addresses a client made up.
     pub peer_trusted: bool,
     pub proto: &'static str,
-    /// The host the client asked for (Host header or HTTP/2 `:authority`).
-    pub host: Option<&'a HeaderValue>,
     pub request_id: &'a HeaderValue,
 }
 
@@ -121,7 +141,9 @@ pub struct SetFields {
     /// The request's own fields carry a Host: neither `host` nor the server's authority is
     /// added (told here so the pool need not look again).
     pub host_in_request: bool,
-    pub forwarded_host: Option<HeaderValue>,
+    /// X-Forwarded-Host repeats the host the client asked for: the request's own Host, else
+    /// `host` (written from them, not held a second time).
+    pub forward_host: bool,
     pub forwarded_for: Option<HeaderValue>,
     pub forwarded_proto: Option<&'static str>,
     pub request_id: Option<HeaderValue>,
@@ -143,12 +165,18 @@ impl SetFields {
         }
     }
 
-    /// Writes the fields as head lines, in a fixed order. Each name is a constant with its
-    /// `: `, written at once (a `HeaderName` apiece, and its `: ` apart, cost a third more).
-    pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
+    /// Writes the fields as head lines, in a fixed order, after the request's own `fields`.
+    /// Each name is a constant with its `: `, written at once (a `HeaderName` apiece, and its
+    /// `: ` apart, cost a third more).
+    pub(crate) fn encode(&self, buf: &mut Vec<u8>, fields: &RequestFields) {
+        let client_host = match (self.forward_host, self.host_in_request) {
+            (false, _) => None,
+            (true, true) => fields.get(&HOST),
+            (true, false) => bytes(&self.host),
+        };
         let fields: [(&[u8], Option<&[u8]>); 7] = [
             (b"host: ", bytes(&self.host)),
-            (b"x-forwarded-host: ", bytes(&self.forwarded_host)),
+            (b"x-forwarded-host: ", client_host),
             (b"x-forwarded-for: ", bytes(&self.forwarded_for)),
             (
                 b"x-forwarded-proto: ",
@@ -177,11 +205,19 @@ fn bytes(field: &Option<HeaderValue>) -> Option<&[u8]> {
 }
 
 /// Strips the client's hop-by-hop fields in place and returns the fields the gateway sets.
+/// `authority` is the request target's (HTTP/2's `:authority`), the host asked for when the
+/// request carries no Host.
 pub fn to_upstream(
     fields: &mut RequestFields,
     forwarded: &Forwarded<'_>,
+    authority: Option<&str>,
     upgrade: Option<HeaderValue>,
 ) -> SetFields {
+    // Rare: a Host that the request's Connection field names is stripped, and still asked
+    // for. (`contains` first: it finds Connection by role, cheaper than reading lists.)
+    let named_host = (fields.contains(&CONNECTION) && connection_has(fields, "host"))
+        .then(|| fields.value(&HOST))
+        .flatten();
     fields.strip_hop_by_hop();
     let forwarded_for = if forwarded.peer_trusted {
         forwarded_for_chain(fields, forwarded.peer)
@@ -189,10 +225,13 @@ pub fn to_upstream(
         forwarded.peer.clone()
     };
     let host_in_request = fields.contains(&HOST);
+    let host = (!host_in_request)
+        .then(|| named_host.or_else(|| HeaderValue::from_str(authority?).ok()))
+        .flatten();
     SetFields {
-        host: forwarded.host.filter(|_| !host_in_request).cloned(),
+        forward_host: host_in_request || host.is_some(),
+        host,
         host_in_request,
-        forwarded_host: forwarded.host.cloned(),
         forwarded_for: Some(forwarded_for),
         forwarded_proto: Some(forwarded.proto),
         request_id: Some(forwarded.request_id.clone()),
@@ -251,6 +290,8 @@ mod tests {
             ("Transfer-Encoding", Role::TransferEncoding),
             ("Upgrade", Role::Upgrade),
             ("Content-Length", Role::ContentLength),
+            ("HOST", Role::Host),
+            ("hosts", Role::EndToEnd),
             ("Proxy-Authenticate", Role::HopByHop),
             ("proxy-", Role::HopByHop),
             ("tex", Role::EndToEnd),
@@ -262,6 +303,38 @@ mod tests {
             ("", Role::EndToEnd),
         ] {
             assert_eq!(role(name.as_bytes()), expected, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn a_role_of_its_own_is_the_role_of_that_name_alone() {
+        let names = [
+            "host",
+            "connection",
+            "upgrade",
+            "content-length",
+            "transfer-encoding",
+            "te",
+            "keep-alive",
+            "proxy-authorization",
+            "x-host",
+            "accept",
+        ];
+        for name in names.map(HeaderName::from_static) {
+            let own = Role::only_of(&name);
+            let shared = names
+                .iter()
+                .filter(|other| role(other.as_bytes()) == role(name.as_ref()));
+            match own {
+                Some(own) => {
+                    assert_eq!(own, role(name.as_ref()), "{name}");
+                    assert_eq!(shared.count(), 1, "{name}");
+                }
+                None => assert!(
+                    matches!(role(name.as_ref()), Role::EndToEnd | Role::HopByHop),
+                    "{name}"
+                ),
+            }
         }
     }
 
@@ -307,25 +380,24 @@ mod tests {
     }
 
     fn forwarded_fields_are_set(mut map: RequestFields) {
-        let host = HeaderValue::from_static("api.example.com");
         let id = HeaderValue::from_static("id-1");
         let peer = HeaderValue::from_static("127.0.0.1");
         let forwarded = Forwarded {
             peer: &peer,
             peer_trusted: true,
             proto: "http",
-            host: Some(&host),
             request_id: &id,
         };
+        let host = Some("api.example.com");
         let mut from_untrusted = map.clone();
-        let set = to_upstream(&mut map, &forwarded, None);
+        let set = to_upstream(&mut map, &forwarded, host, None);
         let sent = as_sent(&map, &set);
         assert_eq!(sent["x-forwarded-for"], "203.0.113.1, 10.0.0.1, 127.0.0.1");
         let untrusted = Forwarded {
             peer_trusted: false,
             ..forwarded
         };
-        let set = to_upstream(&mut from_untrusted, &untrusted, None);
+        let set = to_upstream(&mut from_untrusted, &untrusted, host, None);
         let sent_untrusted = as_sent(&from_untrusted, &set);
         assert_eq!(sent_untrusted["x-forwarded-for"], "127.0.0.1");
         for sent in [&sent, &sent_untrusted] {
@@ -335,6 +407,47 @@ mod tests {
             assert_eq!(sent["x-forwarded-host"], "api.example.com");
             assert_eq!(sent["host"], "api.example.com");
             assert_eq!(sent["x-request-id"], "id-1");
+        }
+    }
+
+    #[test]
+    fn the_host_asked_for_is_forwarded_once_whichever_way_it_came() {
+        let id = HeaderValue::from_static("id");
+        let peer = HeaderValue::from_static("192.0.2.7");
+        let forwarded = Forwarded {
+            peer: &peer,
+            peer_trusted: false,
+            proto: "https",
+            request_id: &id,
+        };
+        // The request's fields, its target's authority, the host expected upstream.
+        type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>, Option<&'a str>);
+        let cases: [Case; 5] = [
+            // Its own Host wins over the target's authority (absolute form).
+            (
+                &[("Host", "own.example")],
+                Some("target.example"),
+                Some("own.example"),
+            ),
+            (&[("host", "own.example")], None, Some("own.example")),
+            // Named by Connection: stripped, and still the host asked for.
+            (
+                &[("host", "named.example"), ("connection", "Host")],
+                None,
+                Some("named.example"),
+            ),
+            (&[], Some("h2.example:8443"), Some("h2.example:8443")),
+            (&[], None, None),
+        ];
+        for (pairs, authority, expected) in cases {
+            for mut fields in both(pairs) {
+                let set = to_upstream(&mut fields, &forwarded, authority, None);
+                let sent = as_sent(&fields, &set);
+                let all = |name: &str| sent.get_all(name).iter().collect::<Vec<_>>();
+                let expected: Vec<&str> = expected.into_iter().collect();
+                assert_eq!(all("host"), expected, "{pairs:?} {authority:?}");
+                assert_eq!(all("x-forwarded-host"), expected, "{pairs:?} {authority:?}");
+            }
         }
     }
 
@@ -360,11 +473,10 @@ mod tests {
             peer: &peer,
             peer_trusted: false,
             proto: "http",
-            host: None,
             request_id: &id,
         };
         let protocol = map.value(&UPGRADE);
-        let set = to_upstream(&mut map, &forwarded, protocol);
+        let set = to_upstream(&mut map, &forwarded, None, protocol);
         let sent = as_sent(&map, &set);
         assert_eq!(sent["connection"], "upgrade");
         assert_eq!(sent["upgrade"], "websocket");

@@ -25,6 +25,7 @@ use crate::config::{Config, ResponseStyle};
 use crate::edge::EdgeLayer;
 use crate::limit::limiter::{Limiter, Stores};
 use crate::metrics::{LimitCounters, Metrics, RouteMetrics, UpstreamMetrics};
+use crate::request_fields::is_visible_text;
 use crate::request_id;
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
@@ -264,11 +265,10 @@ fn proxy<'r>(
         check_header_size(&request, runtime.max_header_bytes)?;
         let client_ip = runtime.client_ip.resolve(client.peer.ip(), &request.fields);
         log.client_ip = Some(client_ip.ip);
-        let host = request_host(&request);
-        let host_name = host.as_ref().and_then(|h| h.to_str().ok());
+        let host = request_host(&request).filter(|host| is_visible_text(host));
         let route = runtime
             .router
-            .find(host_name, request.uri.path(), &request.method)
+            .find(host, request.uri.path(), &request.method)
             .ok_or_else(|| GatewayError::NoRoute {
                 method: request.method.clone(),
                 path: request.uri.path().to_string(),
@@ -278,7 +278,7 @@ fn proxy<'r>(
         log.route_metrics = Some(route_metrics);
         let counted = route_metrics.enter();
         let (slot, statuses) =
-            match admit::admit(runtime, route, &request, host_name, client_ip, request_id).await {
+            match admit::admit(runtime, route, &request, host, client_ip, request_id).await {
                 Admission::Refused { answer, by } => {
                     log.refused_by = by;
                     return Ok(answer);
@@ -299,7 +299,6 @@ fn proxy<'r>(
             peer: &client.peer_header,
             peer_trusted: client_ip.peer_trusted,
             proto: client.proto,
-            host: host.as_ref(),
             request_id,
         };
         let upstream = &runtime.upstreams[route.upstream];
@@ -323,15 +322,9 @@ fn proxy<'r>(
     }
 }
 
-/// The Host header, or the HTTP/2 `:authority`.
-fn request_host(request: &ProxyRequest) -> Option<HeaderValue> {
-    match request.fields.value(&HOST) {
-        Some(host) => Some(host),
-        None => request
-            .uri
-            .authority()
-            .and_then(|a| HeaderValue::from_str(a.as_str()).ok()),
-    }
+/// The Host field's value, or the HTTP/2 `:authority`.
+fn request_host(request: &ProxyRequest) -> Option<&[u8]> {
+    (request.fields.get(&HOST)).or_else(|| Some(request.uri.authority()?.as_str().as_bytes()))
 }
 
 /// Enforces `max_header_bytes` on the request line and headers together. hyper's own buffer

@@ -163,6 +163,8 @@ fn name() -> impl Strategy<Value = String> {
         Just("accept"),
         Just("x-request-id"),
         Just("x-a"),
+        Just("upgrade"),
+        Just("content-length"),
     ];
     (names, vec(any::<bool>(), 20)).prop_map(|(name, upper)| {
         name.chars()
@@ -182,6 +184,9 @@ fn same_lookups(lines: &RequestFields, map: &RequestFields) -> Result<(), TestCa
         "accept",
         "x-a",
         "cookie",
+        "upgrade",
+        "content-length",
+        "transfer-encoding",
     ] {
         let name = HeaderName::from_static(name);
         prop_assert_eq!(lines.get(&name), map.get(&name));

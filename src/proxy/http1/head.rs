@@ -93,7 +93,7 @@ pub(crate) fn encode_head(
     head.fields.encode(buf, |name| {
         !(SetFields::replaces(name) || framed_here && framing(name))
     });
-    set.encode(buf);
+    set.encode(buf, &head.fields);
     match length {
         Some(Some(n)) => {
             buf.extend_from_slice(b"content-length: ");

@@ -276,6 +276,7 @@ fn served_here(role: Role, name: &[u8], value: &[u8]) -> bool {
         Role::ContentLength | Role::TransferEncoding | Role::Upgrade => false,
         Role::HopByHop => !name.eq_ignore_ascii_case(b"te"),
         Role::EndToEnd => !name.eq_ignore_ascii_case(b"expect"),
+        Role::Host => true,
     }
 }
 
