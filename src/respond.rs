@@ -9,6 +9,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use crate::added_fields::{Added, AddedFields};
 use crate::config::ResponseStyle;
 use crate::limit::{RateStatus, push_policy_item, whole_seconds};
+use crate::request_id::RequestId;
 
 pub use crate::body::ResponseBody;
 
@@ -100,7 +101,7 @@ impl GatewayError {
 }
 
 /// 403 for a client on a deny list. Which list stays in the logs.
-pub fn forbidden(request_id: &HeaderValue) -> Response<ResponseBody> {
+pub fn forbidden(request_id: &RequestId) -> Response<ResponseBody> {
     let detail = ["requests from your address are not accepted"];
     problem_response(StatusCode::FORBIDDEN, "about:blank", &detail, request_id)
 }
@@ -119,7 +120,7 @@ pub struct Denial<'a> {
 pub fn rate_limited(
     denial: &Denial<'_>,
     style: &ResponseStyle,
-    request_id: &HeaderValue,
+    request_id: &RequestId,
 ) -> Response<ResponseBody> {
     let wait = whole_seconds(denial.retry_after);
     let mut wait_text = itoa::Buffer::new();
@@ -139,7 +140,7 @@ pub fn rate_limited(
 }
 
 /// 401 when a limit's key part is absent and the limit says `missing = "deny"`.
-pub fn missing_key(limit: &str, part: &str, request_id: &HeaderValue) -> Response<ResponseBody> {
+pub fn missing_key(limit: &str, part: &str, request_id: &RequestId) -> Response<ResponseBody> {
     let detail = [
         "limit \"",
         limit,
@@ -157,7 +158,7 @@ pub fn missing_key(limit: &str, part: &str, request_id: &HeaderValue) -> Respons
 }
 
 /// 503 with Retry-After: 1 when a route is at its `max_in_flight`.
-pub fn too_busy(route: &str, request_id: &HeaderValue) -> Response<ResponseBody> {
+pub fn too_busy(route: &str, request_id: &RequestId) -> Response<ResponseBody> {
     let detail = [
         "route \"",
         route,
@@ -172,7 +173,7 @@ pub fn too_busy(route: &str, request_id: &HeaderValue) -> Response<ResponseBody>
 pub fn store_unavailable(
     limit: &str,
     retry_after: Duration,
-    request_id: &HeaderValue,
+    request_id: &RequestId,
 ) -> Response<ResponseBody> {
     let seconds = whole_seconds(retry_after).max(1);
     let mut seconds_text = itoa::Buffer::new();
@@ -190,7 +191,7 @@ pub fn store_unavailable(
 fn unavailable(
     detail: &[&str],
     retry_after_secs: u64,
-    request_id: &HeaderValue,
+    request_id: &RequestId,
 ) -> Response<ResponseBody> {
     let mut response = problem_response(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -263,7 +264,7 @@ fn push_number(out: &mut Vec<u8>, key: &str, value: u64) {
 }
 
 /// Turns an error into its problem+json answer.
-pub fn error_response(error: &GatewayError, request_id: &HeaderValue) -> Response<ResponseBody> {
+pub fn error_response(error: &GatewayError, request_id: &RequestId) -> Response<ResponseBody> {
     let status = error.status();
     if status.is_server_error() {
         tracing::warn!(error = %error, source = ?std::error::Error::source(error), "request failed");
@@ -280,7 +281,7 @@ pub fn problem_response(
     status: StatusCode,
     problem_type: &str,
     detail: &[&str],
-    request_id: &HeaderValue,
+    request_id: &RequestId,
 ) -> Response<ResponseBody> {
     let mut body = Vec::with_capacity(256);
     body.extend_from_slice(b"{\"type\":");
@@ -295,7 +296,7 @@ pub fn problem_response(
     }
     body.push(b'"');
     body.extend_from_slice(b",\"request_id\":");
-    push_json_string(&mut body, request_id.to_str().unwrap_or_default());
+    push_json_string(&mut body, request_id.as_str());
     body.push(b'}');
     let mut response = Response::new(ResponseBody::problem(Bytes::from(body)));
     *response.status_mut() = status;
@@ -382,7 +383,7 @@ mod tests {
             method: http::Method::GET,
             path: "/x".into(),
         };
-        let response = error_response(&error, &HeaderValue::from_static("abc"));
+        let response = error_response(&error, &RequestId::Kept(HeaderValue::from_static("abc")));
         assert_eq!(response.status(), StatusCode::NOT_FOUND);
         let response = ResponseBody::with_fields_in_headers(response);
         assert_eq!(
@@ -406,7 +407,7 @@ mod tests {
 
     #[tokio::test]
     async fn details_written_in_pieces_read_as_one_sentence() {
-        let id = HeaderValue::from_static("id");
+        let id = RequestId::Kept(HeaderValue::from_static("id"));
         let denial = Denial {
             policy: "per \"key\"\\",
             retry_after: Duration::from_millis(1200),
@@ -517,7 +518,11 @@ mod tests {
             statuses: &statuses,
         };
         let style = ResponseStyle::default();
-        let response = rate_limited(&denial, &style, &HeaderValue::from_static("id"));
+        let response = rate_limited(
+            &denial,
+            &style,
+            &RequestId::Kept(HeaderValue::from_static("id")),
+        );
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         let response = ResponseBody::with_fields_in_headers(response);
         let h = response.headers();
@@ -537,7 +542,11 @@ mod tests {
             x_ratelimit: false,
             ..ResponseStyle::default()
         };
-        let response = rate_limited(&denial, &only_ietf, &HeaderValue::from_static("id"));
+        let response = rate_limited(
+            &denial,
+            &only_ietf,
+            &RequestId::Kept(HeaderValue::from_static("id")),
+        );
         let response = ResponseBody::with_fields_in_headers(response);
         assert!(response.headers().get("x-ratelimit-limit").is_none());
         assert!(response.headers().contains_key("ratelimit"));

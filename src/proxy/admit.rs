@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderValue, Response};
+use http::Response;
 
 use super::Runtime;
 use super::request::ProxyRequest;
@@ -18,6 +18,7 @@ use crate::limit::key::RequestFacts;
 use crate::limit::limiter::{Evaluated, LimitDecision};
 use crate::limit::rules::OnError;
 use crate::metrics::BackendKind;
+use crate::request_id::RequestId;
 use crate::respond::{self, Denial, ResponseBody};
 use crate::route::{InFlightSlot, Route};
 
@@ -42,7 +43,7 @@ pub async fn admit(
     request: &ProxyRequest,
     host: Option<&[u8]>,
     client: ClientIp,
-    request_id: &HeaderValue,
+    request_id: &RequestId,
 ) -> Admission {
     let grouped = runtime.client_ip.group(client.ip);
     // One clock read per request, shared by every layer.
@@ -180,7 +181,7 @@ fn edge_refusal(
     client_ip: IpAddr,
     grouped: IpAddr,
     now: Nanos,
-    request_id: &HeaderValue,
+    request_id: &RequestId,
 ) -> Option<Response<ResponseBody>> {
     let edge = runtime.edge.as_ref()?;
     let verdict = edge.check(client_ip, grouped, now);

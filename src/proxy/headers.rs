@@ -5,7 +5,7 @@ use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING, UPGRADE}
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::request_fields::{RequestFields, visible_text};
-use crate::request_id::X_REQUEST_ID;
+use crate::request_id::{RequestId, X_REQUEST_ID};
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
@@ -128,7 +128,7 @@ pub struct Forwarded<'a> {
     /// never see addresses a client made up.
     pub peer_trusted: bool,
     pub proto: &'static str,
-    pub request_id: &'a HeaderValue,
+    pub request_id: &'a RequestId,
 }
 
 /// The fields the gateway sets on a request going upstream. They are written after the
@@ -146,7 +146,7 @@ pub struct SetFields {
     pub forward_host: bool,
     pub forwarded_for: Option<HeaderValue>,
     pub forwarded_proto: Option<&'static str>,
-    pub request_id: Option<HeaderValue>,
+    pub request_id: Option<RequestId>,
     /// The protocol of an upgrade the client asked for (with `Connection: upgrade`).
     pub upgrade: Option<HeaderValue>,
 }
@@ -182,7 +182,10 @@ impl SetFields {
                 b"x-forwarded-proto: ",
                 self.forwarded_proto.map(str::as_bytes),
             ),
-            (b"x-request-id: ", bytes(&self.request_id)),
+            (
+                b"x-request-id: ",
+                self.request_id.as_ref().map(RequestId::as_bytes),
+            ),
             (
                 b"connection: ",
                 self.upgrade.as_ref().map(|_| &b"upgrade"[..]),
@@ -380,7 +383,7 @@ mod tests {
     }
 
     fn forwarded_fields_are_set(mut map: RequestFields) {
-        let id = HeaderValue::from_static("id-1");
+        let id = RequestId::Kept(HeaderValue::from_static("id-1"));
         let peer = HeaderValue::from_static("127.0.0.1");
         let forwarded = Forwarded {
             peer: &peer,
@@ -412,7 +415,7 @@ mod tests {
 
     #[test]
     fn the_host_asked_for_is_forwarded_once_whichever_way_it_came() {
-        let id = HeaderValue::from_static("id");
+        let id = RequestId::Kept(HeaderValue::from_static("id"));
         let peer = HeaderValue::from_static("192.0.2.7");
         let forwarded = Forwarded {
             peer: &peer,
@@ -467,7 +470,7 @@ mod tests {
 
     fn upgrade_is_kept(mut map: RequestFields) {
         assert!(wants_upgrade(&map));
-        let id = HeaderValue::from_static("id");
+        let id = RequestId::Kept(HeaderValue::from_static("id"));
         let peer = HeaderValue::from_static("::1");
         let forwarded = Forwarded {
             peer: &peer,

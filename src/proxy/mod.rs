@@ -26,7 +26,7 @@ use crate::edge::EdgeLayer;
 use crate::limit::limiter::{Limiter, Stores};
 use crate::metrics::{LimitCounters, Metrics, RouteMetrics, UpstreamMetrics};
 use crate::request_fields::is_visible_text;
-use crate::request_id;
+use crate::request_id::{self, RequestId};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
 use crate::store::memory::MemoryStore;
@@ -231,7 +231,7 @@ pub fn handle(
         if let Some((method, path)) = access {
             tracing::info!(
                 target: "access",
-                request_id = request_id.to_str().unwrap_or_default(),
+                request_id = request_id.as_str(),
                 client_ip = %log.client_ip.unwrap_or(client.peer.ip()),
                 %method,
                 path,
@@ -258,7 +258,7 @@ fn proxy<'r>(
     runtime: &'r Runtime,
     client: &'r ClientConnection,
     request: ProxyRequest,
-    request_id: &HeaderValue,
+    request_id: &RequestId,
     log: &mut RequestLog<'r>,
 ) -> impl Future<Output = Result<Response<ResponseBody>, GatewayError>> {
     async move {
