@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use http::StatusCode;
+use std::time::Duration;
 
 fn config(upstream: &TestUpstream) -> String {
     format!(
@@ -187,6 +188,37 @@ async fn a_route_without_limits_adds_no_store_timings() {
         ),
         0.0,
         "{text}"
+    );
+}
+
+/// The upstream's latency is from sending to its answer, the request's from its arrival, and
+/// both see a slow upstream's wait.
+#[tokio::test]
+async fn durations_cover_the_upstreams_wait() {
+    let upstream = TestUpstream::slow(Duration::from_millis(200), "ok").await;
+    let config = format!(
+        "[admin]\nlisten = \"127.0.0.1:0\"\n{}",
+        one_route_config(&[upstream.url()], "")
+    );
+    let gateway = TestGateway::start(&config).await;
+    assert_eq!(get(&gateway.url("/slow")).await.0.status(), StatusCode::OK);
+    let admin = format!("http://{}", gateway.admin_addr.unwrap());
+    let text = String::from_utf8(get(&format!("{admin}/metrics")).await.1.to_vec()).unwrap();
+    let upstream_took = metric(
+        &text,
+        r#"rlp_upstream_duration_seconds_sum{upstream="api"}"#,
+    );
+    let request_took = metric(
+        &text,
+        r#"rlp_request_duration_seconds_sum{route="default"}"#,
+    );
+    assert!(
+        (0.2..5.0).contains(&upstream_took),
+        "{upstream_took}\n{text}"
+    );
+    assert!(
+        (upstream_took..5.0).contains(&request_took),
+        "{request_took}\n{text}"
     );
 }
 

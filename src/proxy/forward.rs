@@ -2,6 +2,8 @@
 //! bodies. A bodiless idempotent request whose connection was refused is retried once on
 //! another server; a 101 answer turns the two connections into a byte tunnel.
 
+use std::time::Instant;
+
 use futures_util::FutureExt;
 use futures_util::future::Either as FutureEither;
 use http::header::UPGRADE;
@@ -18,7 +20,8 @@ use super::request::ProxyRequest;
 use super::upstream::{UpstreamBody, UpstreamHead, UpstreamPool};
 use crate::respond::{GatewayError, ResponseBody};
 
-/// Forwards `request` to a server of `pool`.
+/// Forwards `request` to a server of `pool`, asked at `sent_at` (its first response
+/// deadline counts from then: one clock reading for the deadline and the upstream's latency).
 /// `served_by` is set to the server that was tried last, for the access log.
 ///
 /// The request is taken apart and its first attempt built before the returned future starts
@@ -29,6 +32,7 @@ pub fn forward<'r>(
     request: ProxyRequest,
     forwarded: &Forwarded<'_>,
     served_by: &mut Option<&'r str>,
+    sent_at: Instant,
 ) -> impl Future<Output = Result<Response<ResponseBody>, GatewayError>> {
     let ProxyRequest {
         method,
@@ -60,7 +64,7 @@ pub fn forward<'r>(
         return FutureEither::Left(std::future::ready(Err(no_healthy_server(pool))));
     };
     *served_by = Some(&pool.servers[first].label);
-    let first_attempt = send(pool, first, (head, body), set);
+    let first_attempt = send(pool, first, (head, body), set, sent_at);
     // `then`, not an `async move` block awaiting the attempt: a block would hold the attempt
     // twice, as its capture and as what it awaits.
     FutureEither::Right(first_attempt.then(move |result| async move {
@@ -73,7 +77,8 @@ pub fn forward<'r>(
                 tracing::debug!(upstream = %pool.name, error = %error, "retrying on another server");
                 let (head, set) = *retry;
                 // Boxed, as rare: a second `send` inline would double this future's size.
-                let retry = send(pool, second, (head, Either::Right(Empty::new())), set);
+                let body = Either::Right(Empty::new());
+                let retry = send(pool, second, (head, body), set, Instant::now());
                 Box::pin(retry).await?
             }
             other => other?,
@@ -82,15 +87,17 @@ pub fn forward<'r>(
     }))
 }
 
-/// One attempt on `server`: the pool's exchange with its errors told apart for the client.
+/// One attempt on `server`, made at `sent_at`: the pool's exchange with its errors told apart
+/// for the client.
 fn send(
     pool: &UpstreamPool,
     server: usize,
     request: (UpstreamHead, UpstreamBody),
     set: SetFields,
+    sent_at: Instant,
 ) -> impl Future<Output = Result<Response<PooledBody>, GatewayError>> {
     let in_flight = pool.begin(server);
-    let deadline = tokio::time::Instant::now() + pool.response_timeout;
+    let deadline = tokio::time::Instant::from_std(sent_at) + pool.response_timeout;
     pool.send(server, request, set, deadline)
         .map(move |result| {
             drop(in_flight);

@@ -13,6 +13,7 @@ pub mod upstream;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::time::Instant;
 
 use http::header::HOST;
 use http::{HeaderValue, Response};
@@ -195,6 +196,9 @@ struct RequestLog<'r> {
     refused_by: Option<Arc<str>>,
     /// What is left of the most restrictive window after an admitted request.
     remaining: Option<u64>,
+    /// When the upstream's answer came: the request's end too (a clock reading apiece cost
+    /// ~30 ns on this machine's TSC clock).
+    answered: Option<Instant>,
 }
 
 /// Answers one request. Never fails: errors become problem+json answers here.
@@ -213,7 +217,7 @@ pub fn handle(
 ) -> impl Future<Output = Response<ResponseBody>> {
     async move {
         let (runtime, client) = (&*runtime, &client);
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let request_id = request_id::keep_or_mint(&request.fields);
         // Only the path is logged: query strings may carry API keys.
         let access = runtime
@@ -225,9 +229,10 @@ pub fn handle(
             Err(error) => respond::error_response(&error, &request_id),
         };
         let status = response.status().as_u16();
+        let took = log.answered.unwrap_or_else(Instant::now) - started;
         runtime
             .metrics
-            .observe_request(log.route_metrics, status, started.elapsed());
+            .observe_request(log.route_metrics, status, took);
         if let Some((method, path)) = access {
             tracing::info!(
                 target: "access",
@@ -238,7 +243,7 @@ pub fn handle(
                 route = log.route.unwrap_or(""),
                 status,
                 upstream = log.upstream.unwrap_or(""),
-                duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+                duration_ms = took.as_secs_f64() * 1000.0,
                 refused_by = log.refused_by.as_deref().unwrap_or(""),
                 remaining = log.remaining,
                 "access"
@@ -302,17 +307,20 @@ fn proxy<'r>(
             request_id,
         };
         let upstream = &runtime.upstreams[route.upstream];
-        let asked = std::time::Instant::now();
+        let asked = Instant::now();
+        let served_by = &mut log.upstream;
         let mut response =
-            match forward::forward(upstream, request, &forwarded, &mut log.upstream).await {
+            match forward::forward(upstream, request, &forwarded, served_by, asked).await {
                 Ok(response) => response,
                 Err(error) => respond::error_response(&error, request_id),
             };
+        let answered = Instant::now();
+        log.answered = Some(answered);
         let upstream_metrics = &runtime.upstream_metrics[route.upstream];
         let code = response.status().as_u16();
         runtime
             .metrics
-            .observe_upstream(upstream_metrics, code, asked.elapsed());
+            .observe_upstream(upstream_metrics, code, answered - asked);
         respond::add_rate_fields(
             response.body_mut().added_mut(),
             &statuses,
