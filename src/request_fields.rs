@@ -266,7 +266,7 @@ impl RequestFields {
 /// Whether `field` is `lower` (a `HeaderName`: lowercase ASCII) in any case, eight bytes at a
 /// time: the byte-at-a-time `eq_ignore_ascii_case` cost 14 instructions a byte, and lookups
 /// are most of what a request's fields cost now.
-fn same_name(field: &[u8], lower: &[u8]) -> bool {
+pub(crate) fn same_name(field: &[u8], lower: &[u8]) -> bool {
     if field.len() != lower.len() {
         return false;
     }

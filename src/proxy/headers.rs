@@ -4,7 +4,7 @@
 use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::request_fields::{RequestFields, visible_text};
+use crate::request_fields::{RequestFields, same_name, visible_text};
 use crate::request_id::{RequestId, X_REQUEST_ID};
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -77,9 +77,9 @@ impl Role {
 }
 
 /// `name`'s role, in any case. By length and first letter: most names differ from all of
-/// these in those alone.
+/// these in those alone; the rest are compared eight bytes at a time (`same_name`).
 pub(crate) fn role(name: &[u8]) -> Role {
-    let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
+    let is = |known: &str| same_name(name, known.as_bytes());
     let Some(first) = name.first().map(u8::to_ascii_lowercase) else {
         return Role::EndToEnd;
     };
@@ -92,7 +92,7 @@ pub(crate) fn role(name: &[u8]) -> Role {
         (10, b'k') if is("keep-alive") => Role::HopByHop,
         (14, b'c') if is("content-length") => Role::ContentLength,
         (17, b't') if is("transfer-encoding") => Role::TransferEncoding,
-        (6.., b'p') if name[..6].eq_ignore_ascii_case(b"proxy-") => Role::HopByHop,
+        (6.., b'p') if same_name(&name[..6], b"proxy-") => Role::HopByHop,
         _ => Role::EndToEnd,
     }
 }
@@ -166,8 +166,8 @@ impl SetFields {
     }
 
     /// Writes the fields as head lines, in a fixed order, after the request's own `fields`.
-    /// Each name is a constant with its `: `, written at once (a `HeaderName` apiece, and its
-    /// `: ` apart, cost a third more).
+    /// Each name is a constant with the line end before it and its `: ` after, written at
+    /// once: a `HeaderName` apiece, its `: ` and the line end apart, cost a third more.
     pub(crate) fn encode(&self, buf: &mut Vec<u8>, fields: &RequestFields) {
         let client_host = match (self.forward_host, self.host_in_request) {
             (false, _) => None,
@@ -175,30 +175,34 @@ impl SetFields {
             (true, false) => bytes(&self.host),
         };
         let fields: [(&[u8], Option<&[u8]>); 7] = [
-            (b"host: ", bytes(&self.host)),
-            (b"x-forwarded-host: ", client_host),
-            (b"x-forwarded-for: ", bytes(&self.forwarded_for)),
+            (b"\r\nhost: ", bytes(&self.host)),
+            (b"\r\nx-forwarded-host: ", client_host),
+            (b"\r\nx-forwarded-for: ", bytes(&self.forwarded_for)),
             (
-                b"x-forwarded-proto: ",
+                b"\r\nx-forwarded-proto: ",
                 self.forwarded_proto.map(str::as_bytes),
             ),
             (
-                b"x-request-id: ",
+                b"\r\nx-request-id: ",
                 self.request_id.as_ref().map(RequestId::as_bytes),
             ),
             (
-                b"connection: ",
+                b"\r\nconnection: ",
                 self.upgrade.as_ref().map(|_| &b"upgrade"[..]),
             ),
-            (b"upgrade: ", bytes(&self.upgrade)),
+            (b"\r\nupgrade: ", bytes(&self.upgrade)),
         ];
+        // The first line's end comes before the second's name, the last one's after it.
+        let mut line_start = 2;
         for (name, value) in fields {
             if let Some(value) = value {
-                buf.reserve(name.len() + value.len() + 2);
-                buf.extend_from_slice(name);
+                buf.extend_from_slice(&name[line_start..]);
                 buf.extend_from_slice(value);
-                buf.extend_from_slice(b"\r\n");
+                line_start = 0;
             }
+        }
+        if line_start == 0 {
+            buf.extend_from_slice(b"\r\n");
         }
     }
 }
