@@ -2,6 +2,8 @@
 //! bodies. A bodiless idempotent request whose connection was refused is retried once on
 //! another server; a 101 answer turns the two connections into a byte tunnel.
 
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
 use futures_util::FutureExt;
@@ -65,26 +67,70 @@ pub fn forward<'r>(
     };
     *served_by = Some(&pool.servers[first].label);
     let first_attempt = send(pool, first, (head, body), set, sent_at);
-    // `then`, not an `async move` block awaiting the attempt: a block would hold the attempt
-    // twice, as its capture and as what it awaits.
-    FutureEither::Right(first_attempt.then(move |result| async move {
-        let response = match result {
-            Err(error) if error.is_connect_failure() => {
-                let (Some(retry), Some(second)) = (retry, pool.pick(Some(first))) else {
-                    return Err(error);
-                };
-                *served_by = Some(&pool.servers[second].label);
-                tracing::debug!(upstream = %pool.name, error = %error, "retrying on another server");
-                let (head, set) = *retry;
-                // Boxed, as rare: a second `send` inline would double this future's size.
-                let body = Either::Right(Empty::new());
-                let retry = send(pool, second, (head, body), set, Instant::now());
-                Box::pin(retry).await?
+    FutureEither::Right(Attempts {
+        first_attempt,
+        second_attempt: None,
+        retry,
+        first,
+        pool,
+        served_by,
+        client_upgrade,
+    })
+}
+
+/// What an attempt on one server gives.
+type Attempted = Result<Response<PooledBody>, GatewayError>;
+
+pin_project_lite::pin_project! {
+    /// The first attempt, then at most one more on another server when the first could not
+    /// connect. By hand, not `then` with an `async` block: the block (the first result, the
+    /// retry, the upgrade) was moved into place after every first attempt, and whether that
+    /// was inlined moved a request's cost by ~0.3k instructions from one build to the next.
+    struct Attempts<'r, 's, F> {
+        #[pin]
+        first_attempt: F,
+        // Boxed, as rare: inline, a second attempt would double every request's future.
+        second_attempt: Option<Pin<Box<dyn Future<Output = Attempted> + Send + 'r>>>,
+        retry: Option<Box<(UpstreamHead, SetFields)>>,
+        first: usize,
+        pool: &'r UpstreamPool,
+        served_by: &'s mut Option<&'r str>,
+        client_upgrade: Option<OnUpgrade>,
+    }
+}
+
+impl<'r, F> Future for Attempts<'r, '_, F>
+where
+    F: Future<Output = Attempted> + Send + 'r,
+{
+    type Output = Result<Response<ResponseBody>, GatewayError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let result = loop {
+            if let Some(second) = this.second_attempt {
+                break ready!(second.as_mut().poll(cx));
             }
-            other => other?,
+            match ready!(this.first_attempt.as_mut().poll(cx)) {
+                Err(error) if error.is_connect_failure() => {
+                    let pool: &'r UpstreamPool = this.pool;
+                    let (Some(retry), Some(second)) =
+                        (this.retry.take(), pool.pick(Some(*this.first)))
+                    else {
+                        break Err(error);
+                    };
+                    **this.served_by = Some(&pool.servers[second].label);
+                    tracing::debug!(upstream = %pool.name, error = %error, "retrying on another server");
+                    let (head, set) = *retry;
+                    let body = Either::Right(Empty::new());
+                    let attempt = send(pool, second, (head, body), set, Instant::now());
+                    *this.second_attempt = Some(Box::pin(attempt));
+                }
+                other => break other,
+            }
         };
-        Ok(client_response(response, client_upgrade))
-    }))
+        Poll::Ready(result.map(|response| client_response(response, this.client_upgrade.take())))
+    }
 }
 
 /// One attempt on `server`, made at `sent_at`: the pool's exchange with its errors told apart
@@ -95,7 +141,7 @@ fn send(
     request: (UpstreamHead, UpstreamBody),
     set: SetFields,
     sent_at: Instant,
-) -> impl Future<Output = Result<Response<PooledBody>, GatewayError>> {
+) -> impl Future<Output = Attempted> + Send {
     let in_flight = pool.begin(server);
     let deadline = tokio::time::Instant::from_std(sent_at) + pool.response_timeout;
     pool.send(server, request, set, deadline)
