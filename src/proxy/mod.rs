@@ -12,6 +12,7 @@ pub mod request;
 pub mod upstream;
 
 use std::net::{IpAddr, SocketAddr};
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -224,7 +225,10 @@ pub fn handle(
             .access_log
             .then(|| (request.method.clone(), request.uri.path().to_owned()));
         let mut log = RequestLog::default();
-        let mut response = match proxy(runtime, client, request, &request_id, &mut log).await {
+        // Pinned where it is made: `.await` on the call itself moved the whole future (its
+        // every state's room, ~1.5 KB) into place first.
+        let proxied = pin!(proxy(runtime, client, request, &request_id, &mut log)).await;
+        let mut response = match proxied {
             Ok(response) => response,
             Err(error) => respond::error_response(&error, &request_id),
         };
@@ -282,23 +286,26 @@ fn proxy<'r>(
         let route_metrics = &runtime.route_metrics[route.index];
         log.route_metrics = Some(route_metrics);
         let counted = route_metrics.enter();
-        let (slot, statuses) =
-            match admit::admit(runtime, route, &request, host, client_ip, request_id).await {
-                Admission::Refused { answer, by } => {
-                    log.refused_by = by;
-                    return Ok(answer);
+        let (slot, statuses) = match pin!(admit::admit(
+            runtime, route, &request, host, client_ip, request_id
+        ))
+        .await
+        {
+            Admission::Refused { answer, by } => {
+                log.refused_by = by;
+                return Ok(answer);
+            }
+            Admission::Admitted {
+                slot,
+                statuses,
+                delay,
+            } => {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
                 }
-                Admission::Admitted {
-                    slot,
-                    statuses,
-                    delay,
-                } => {
-                    if !delay.is_zero() {
-                        tokio::time::sleep(delay).await;
-                    }
-                    (slot, statuses)
-                }
-            };
+                (slot, statuses)
+            }
+        };
         log.remaining = statuses.first().map(|s| s.remaining);
         let forwarded = Forwarded {
             peer: &client.peer_header,
@@ -309,11 +316,14 @@ fn proxy<'r>(
         let upstream = &runtime.upstreams[route.upstream];
         let asked = Instant::now();
         let served_by = &mut log.upstream;
-        let mut response =
-            match forward::forward(upstream, request, &forwarded, served_by, asked).await {
-                Ok(response) => response,
-                Err(error) => respond::error_response(&error, request_id),
-            };
+        let upstream_answer = pin!(forward::forward(
+            upstream, request, &forwarded, served_by, asked
+        ))
+        .await;
+        let mut response = match upstream_answer {
+            Ok(response) => response,
+            Err(error) => respond::error_response(&error, request_id),
+        };
         let answered = Instant::now();
         log.answered = Some(answered);
         let upstream_metrics = &runtime.upstream_metrics[route.upstream];
@@ -326,7 +336,8 @@ fn proxy<'r>(
             &statuses,
             &runtime.response,
         );
-        Ok(response.map(|body| body.holding(slot, counted)))
+        response.body_mut().hold(slot, counted);
+        Ok(response)
     }
 }
 
