@@ -109,13 +109,14 @@ where
                 answerer.client.clone(),
                 request
             ));
-            answer(&mut io, &mut read, answerer, watch, handling).await
+            pin!(answer(&mut io, &mut read, answerer, watch, handling)).await
         };
         let Some((response, stopping)) = answered else {
             return Ended::Closed;
         };
         let keep_alive = !stopping && !asks_to_close(response.headers());
-        let written = write_response(&mut io, &mut out, response, keep_alive).await;
+        // Pinned where it is made, as `handling` (`.await` on the call moved it first).
+        let written = pin!(write_response(&mut io, &mut out, response, keep_alive)).await;
         if let Err(error) = &written {
             tracing::debug!(peer = %answerer.client.peer, %error, "closing the connection");
         }
