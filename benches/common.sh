@@ -45,6 +45,8 @@ wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/n
 cpu_ticks() { local total=0; for p in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $total; }
 # Idle (and I/O wait) ticks of the whole machine, in USER_HZ.
 idle_ticks() { awk '/^cpu / {print $5 + $6}' /proc/stat; }
+# CPU time the hypervisor gave other guests while this one had work (a noisy neighbour).
+steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
 peak_rss_kb() { local total=0; for p in "$@"; do total=$((total + $(awk '/VmHWM/ {print $2}' "/proc/$p/status"))); done; echo $total; }
 
 # A self-signed ECDSA P-256 certificate for bench.test: $WORK/bench.pem and $WORK/bench.key.

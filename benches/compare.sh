@@ -5,8 +5,9 @@
 # Prints requests/s, p50, p99, CPU µs per request of the proxy process(es), peak RSS, the echo
 # upstream's CPU µs per request (it shares the cores, so it bounds req/s too), the machine's
 # idle CPU µs per request (with wrk, the upstream and the proxy on two cores, req/s is two
-# cores over the sum of all four), and the ours/nginx ratios: over all rounds, and the median
-# of each round's own.
+# cores over the sum of all four), the time the hypervisor gave the cores to other guests per
+# request (`steal`: a round run beside a noisy neighbour), and the ours/nginx ratios: over all
+# rounds, and the median of each round's own.
 #
 # Scenarios: (a) proxy only, (b) edge layer on, (c) edge + two memory-store limits, (d) the same
 # two limits in Redis, (e) a flood where 9 requests in 10 are denied (nginx: limit_req on the
@@ -160,26 +161,27 @@ end
 LUA
 
 # run NAME URL PIDS... [-- wrk args]: one wrk run; prints "req/s p50 p99 cpu_us rss_kb
-# upstream_cpu_us idle_us": CPU per request of PIDS, of the echo upstream that shares the
-# cores, and the machine's idle CPU time per request (cores no process had work for)
+# upstream_cpu_us idle_us steal_us": CPU per request of PIDS, of the echo upstream that
+# shares the cores, the machine's idle CPU time per request (cores no process had work for)
+# and its stolen time (cores the hypervisor ran another guest on: a disturbed round)
 run() {
   local name=$1 url=$2; shift 2
   local pids=() extra=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do pids+=("$1"); shift; done
   [ $# -gt 0 ] && shift && extra=("$@")
   wrk -t1 -c"$CONNS" -d2s -H "x-api-key: bench" "${extra[@]}" "$url" >/dev/null
-  local before upstream_before idle_before; before=$(cpu_ticks "${pids[@]}"); upstream_before=$(cpu_ticks "$UPSTREAM_PID"); idle_before=$(idle_ticks)
+  local before upstream_before idle_before steal_before; before=$(cpu_ticks "${pids[@]}"); upstream_before=$(cpu_ticks "$UPSTREAM_PID"); idle_before=$(idle_ticks); steal_before=$(steal_ticks)
   wrk -t1 -c"$CONNS" -d"$DURATION" --latency -H "x-api-key: bench" "${extra[@]}" "$url" >"$WORK/$name.txt"
-  local after upstream_after idle_after; after=$(cpu_ticks "${pids[@]}"); upstream_after=$(cpu_ticks "$UPSTREAM_PID"); idle_after=$(idle_ticks)
+  local after upstream_after idle_after steal_after; after=$(cpu_ticks "${pids[@]}"); upstream_after=$(cpu_ticks "$UPSTREAM_PID"); idle_after=$(idle_ticks); steal_after=$(steal_ticks)
   local requests; requests=$(awk '/requests in/ {print $1}' "$WORK/$name.txt")
   awk -v t=$((after - before)) -v u=$((upstream_after - upstream_before)) -v hz="$(getconf CLK_TCK)" \
-    -v i=$((idle_after - idle_before)) -v n="$requests" -v rss="$(peak_rss_kb "${pids[@]}")" '
+    -v i=$((idle_after - idle_before)) -v s=$((steal_after - steal_before)) -v n="$requests" -v rss="$(peak_rss_kb "${pids[@]}")" '
     /Requests\/sec/ {rps=$2} $1=="50%" {p50=$2} $1=="99%" {p99=$2}
-    END { printf "%s %s %s %.1f %d %.1f %.1f\n", rps, p50, p99, t / hz * 1e6 / n, rss, u / hz * 1e6 / n, i / hz * 1e6 / n }' "$WORK/$name.txt"
+    END { printf "%s %s %s %.1f %d %.1f %.1f %.1f\n", rps, p50, p99, t / hz * 1e6 / n, rss, u / hz * 1e6 / n, i / hz * 1e6 / n, s / hz * 1e6 / n }' "$WORK/$name.txt"
 }
 
 echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}, ECHO_THREADS=${ECHO_THREADS:-default}"
-printf '%-30s %10s %9s %9s %11s %10s %10s %6s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB" "upstream" "idle"
+printf '%-30s %10s %9s %9s %11s %10s %10s %6s %6s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB" "upstream" "idle" "steal"
 declare -A CPU RPS ROUND_CPU ROUND_RPS
 SCENARIOS="nginx a b c d nginx-flood e nginx-tls g"
 for round in $(seq "$ROUNDS"); do
@@ -200,8 +202,8 @@ for round in $(seq "$ROUNDS"); do
       nginx-tls) line=$(run "$scenario-$round" "https://127.0.0.1:$NGINX_TLS_PORT/bench" $NGINX_PIDS); label="nginx https keep-alive" ;;
       g) line=$(run "$scenario-$round" "https://127.0.0.1:$TLS_PORT/bench" "$A_PID"); label="(g) ours, https keep-alive" ;;
     esac
-    read -r rps p50 p99 cpu rss upstream idle <<<"$line"
-    printf '%-30s %10s %9s %9s %11s %10s %10s %6s   (round %s) %s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$rss" "$upstream" "$idle" "$round" "$note"
+    read -r rps p50 p99 cpu rss upstream idle steal <<<"$line"
+    printf '%-30s %10s %9s %9s %11s %10s %10s %6s %6s   (round %s) %s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$rss" "$upstream" "$idle" "$steal" "$round" "$note"
     CPU[$scenario]=$(awk -v a="${CPU[$scenario]:-0}" -v b="$cpu" 'BEGIN{print a + b}')
     ROUND_CPU[$scenario,$round]=$cpu; ROUND_RPS[$scenario,$round]=$rps
     RPS[$scenario]=$(awk -v a="${RPS[$scenario]:-0}" -v b="$rps" 'BEGIN{print a + b}')
