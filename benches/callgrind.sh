@@ -16,6 +16,9 @@
 #                                            # same load, for its count beside ours
 #   NGINX_FIELDS=same SCENARIO=nginx benches/callgrind.sh   # nginx also setting the fields ours sets
 #                                            # (X-Forwarded-Proto/-Host, X-Request-Id; common.sh)
+#   SCENARIO=echo benches/callgrind.sh       # the echo upstream alone, sent the fields ours forwards
+#                                            # (X-Forwarded-For/-Proto/-Host, X-Request-Id); with
+#                                            # NGINX_FIELDS=minimal, only nginx's X-Forwarded-For
 #   CONNS=50 SCENARIO=d benches/callgrind.sh  # N requests spread over 50 connections at once:
 #                                            # what a worker spends per request under concurrent
 #                                            # load (e.g. Redis calls merged), not one at a time
@@ -33,7 +36,14 @@ source benches/common.sh
 ensure_tools valgrind
 BIN=${OVERRIDE_BIN:-$BIN}
 
-if [ -n "$SCENARIO" ] && [ "$SCENARIO" != nginx ]; then
+# Fields each request carries besides x-api-key, as "name: value" lines.
+FIELDS=""
+if [ "$SCENARIO" = echo ]; then
+  FIELDS=$'x-forwarded-for: 127.0.0.1'
+  if [ "${NGINX_FIELDS:-}" != minimal ]; then
+    FIELDS+=$'\nx-forwarded-proto: http\nx-forwarded-host: 127.0.0.1:8080\nx-request-id: 0123456789abcdef0123456789abcdef'
+  fi
+elif [ -n "$SCENARIO" ] && [ "$SCENARIO" != nginx ]; then
   scenario_config "$SCENARIO" || { echo "unknown scenario $SCENARIO: expected a, b, c, d or denial" >&2; exit 1; }
   EXTRA=$SCENARIO_TABLES; ROUTE=$SCENARIO_ROUTE
   if [ "$SCENARIO" = denial ]; then STATUS=429; fi
@@ -44,7 +54,10 @@ PROXY_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
 printf '[server]\nlisten = ["127.0.0.1:%s"]\n%b\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n%b\n' \
   "$PROXY_PORT" "$EXTRA" "$UPSTREAM_PORT" "$ROUTE" > "$WORK/gw.toml"
-if [ "$SCENARIO" = nginx ]; then
+if [ "$SCENARIO" = echo ]; then
+  valgrind --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$WORK/cg.out" \
+    "$BIN" echo --listen "127.0.0.1:$PROXY_PORT" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
+elif [ "$SCENARIO" = nginx ]; then
   ensure_tools nginx
   mkdir -p "$WORK/nginx"
   cat > "$WORK/nginx.conf" <<CONF
@@ -74,14 +87,15 @@ fi
 for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null && break; sleep 0.1; done
 
 requests() { # N: keep-alive GETs on CONNS connections at once, each must answer $STATUS (after the first)
-  python3 - "$PROXY_PORT" "$1" "$STATUS" "$CONNS" <<'PY'
+  python3 - "$PROXY_PORT" "$1" "$STATUS" "$CONNS" "$FIELDS" <<'PY'
 import http.client, sys, threading
 port, n, expected, conns = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+fields = dict(line.split(": ", 1) for line in sys.argv[5].splitlines())
 failures = []
 def send(count):
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     for _ in range(count):
-        connection.request("GET", "/bench", headers={"x-api-key": "bench"})
+        connection.request("GET", "/bench", headers={"x-api-key": "bench", **fields})
         response = connection.getresponse()
         response.read()
         if response.status not in (expected, 200):
