@@ -325,6 +325,27 @@ mod tests {
         }
     }
 
+    /// Identities name the Redis keys every instance shares: a change to how they are hashed
+    /// would split a limit's count across a rolling upgrade. This pins one.
+    #[test]
+    fn an_identity_is_the_same_in_every_build() {
+        let mut builder = IdentityHasher::new(Some("secret")).start("per-key", "pro");
+        builder.add_policy("sliding_window", [(100, 60_000_000_000, 100)].into_iter());
+        let key = PartValue::Text(b"k-0123456789abcdef");
+        builder.add(
+            &KeyPart::Header(HeaderName::from_static("x-api-key")),
+            &key,
+            false,
+        );
+        builder.add(
+            &KeyPart::Ip,
+            &PartValue::Ip("2001:db8::7".parse().unwrap()),
+            true,
+        );
+        builder.add(&KeyPart::Route, &PartValue::Text(&[b'r'; 100]), false);
+        assert_eq!(builder.finish(), 0xae26_7ebd_9fd5_81e6_8d41_d6dc_7e48_afda);
+    }
+
     #[test]
     fn field_boundaries_matter() {
         let hasher = IdentityHasher::new(None);
