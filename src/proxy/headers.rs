@@ -386,15 +386,20 @@ mod tests {
         }
     }
 
+    /// Who asked, over plain HTTP: `peer`'s request `id`, from a peer trusted or not.
+    fn asked_by<'a>(peer: &'a HeaderValue, id: &'a RequestId, trusted: bool) -> Forwarded<'a> {
+        Forwarded {
+            peer,
+            peer_trusted: trusted,
+            proto: "http",
+            request_id: id,
+        }
+    }
+
     fn forwarded_fields_are_set(mut map: RequestFields) {
         let id = RequestId::Kept(HeaderValue::from_static("id-1"));
         let peer = HeaderValue::from_static("127.0.0.1");
-        let forwarded = Forwarded {
-            peer: &peer,
-            peer_trusted: true,
-            proto: "http",
-            request_id: &id,
-        };
+        let forwarded = asked_by(&peer, &id, true);
         let host = Some("api.example.com");
         let mut from_untrusted = map.clone();
         let set = to_upstream(&mut map, &forwarded, host, None);
@@ -422,10 +427,8 @@ mod tests {
         let id = RequestId::Kept(HeaderValue::from_static("id"));
         let peer = HeaderValue::from_static("192.0.2.7");
         let forwarded = Forwarded {
-            peer: &peer,
-            peer_trusted: false,
             proto: "https",
-            request_id: &id,
+            ..asked_by(&peer, &id, false)
         };
         // The request's fields, its target's authority, the host expected upstream.
         type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>, Option<&'a str>);
@@ -476,12 +479,7 @@ mod tests {
         assert!(wants_upgrade(&map));
         let id = RequestId::Kept(HeaderValue::from_static("id"));
         let peer = HeaderValue::from_static("::1");
-        let forwarded = Forwarded {
-            peer: &peer,
-            peer_trusted: false,
-            proto: "http",
-            request_id: &id,
-        };
+        let forwarded = asked_by(&peer, &id, false);
         let protocol = map.value(&UPGRADE);
         let set = to_upstream(&mut map, &forwarded, None, protocol);
         let sent = as_sent(&map, &set);
