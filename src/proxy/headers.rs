@@ -174,7 +174,7 @@ impl SetFields {
             (true, true) => fields.get(&HOST),
             (true, false) => bytes(&self.host),
         };
-        let fields: [(&[u8], Option<&[u8]>); 7] = [
+        let lines: [(&[u8], Option<&[u8]>); 7] = [
             (b"\r\nhost: ", bytes(&self.host)),
             (b"\r\nx-forwarded-host: ", client_host),
             (b"\r\nx-forwarded-for: ", bytes(&self.forwarded_for)),
@@ -194,7 +194,7 @@ impl SetFields {
         ];
         // The first line's end comes before the second's name, the last one's after it.
         let mut line_start = 2;
-        for (name, value) in fields {
+        for (name, value) in lines {
             if let Some(value) = value {
                 buf.extend_from_slice(&name[line_start..]);
                 buf.extend_from_slice(value);

@@ -225,8 +225,8 @@ pub fn handle(
             .access_log
             .then(|| (request.method.clone(), request.uri.path().to_owned()));
         let mut log = RequestLog::default();
-        // Pinned where it is made: `.await` on the call itself moved the whole future (its
-        // every state's room, ~1.5 KB) into place first.
+        // Pinned where it is made: `.await` on the call itself moved the whole future (room
+        // for every one of its states, ~100 instructions of memcpy) into place first.
         let proxied = pin!(proxy(runtime, client, request, &request_id, &mut log)).await;
         let mut response = match proxied {
             Ok(response) => response,
