@@ -142,7 +142,8 @@ pub struct SetFields {
     /// added (told here so the pool need not look again).
     pub host_in_request: bool,
     /// X-Forwarded-Host repeats the host the client asked for: the request's own Host, else
-    /// `host` (written from them, not held a second time).
+    /// `host` (written from them, not held a second time). Not derived from `host`: when the
+    /// client named no host, the pool puts its server's authority there.
     pub forward_host: bool,
     pub forwarded_for: Option<HeaderValue>,
     pub forwarded_proto: Option<&'static str>,
