@@ -460,7 +460,8 @@ mod tests {
             route: LabelText::from("r"),
         };
         for (status, body) in [(StatusCode::OK, "ok"), (StatusCode::NO_CONTENT, "")] {
-            let body = ResponseBody::generated(Bytes::from(body)).holding(None, route.enter());
+            let mut body = ResponseBody::generated(Bytes::from(body));
+            body.hold(None, route.enter());
             let mut response = Response::new(body);
             *response.status_mut() = status;
             let mut io = Recorder {
