@@ -51,7 +51,10 @@ fi
 
 UPSTREAM_PORT=$(free_port)
 PROXY_PORT=$(free_port)
-"$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
+# The proxies' upstream (for SCENARIO=echo, the echo under valgrind below is measured instead).
+if [ "$SCENARIO" != echo ]; then
+  "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!)
+fi
 printf '[server]\nlisten = ["127.0.0.1:%s"]\n%b\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n%b\n' \
   "$PROXY_PORT" "$EXTRA" "$UPSTREAM_PORT" "$ROUTE" > "$WORK/gw.toml"
 if [ "$SCENARIO" = echo ]; then
