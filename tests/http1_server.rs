@@ -412,6 +412,8 @@ async fn the_clients_fields_reach_the_upstream_as_they_do_through_hyper() {
     assert_eq!(values("cookie"), ["a=1", "b=2"]);
     assert_eq!(values("x-forwarded-for"), ["127.0.0.1"]);
     assert_eq!(values("x-forwarded-proto"), ["http"]);
+    // Written from the request's own Host line.
+    assert_eq!(values("x-forwarded-host"), ["api.example.com"]);
     assert_eq!(values("x-request-id"), ["trace-own"]);
     assert_eq!(values("x-bare"), ["lf"]);
     assert_eq!(values("x-last"), ["1"]);
