@@ -22,6 +22,9 @@
 #   ECHO_THREADS=1 benches/compare.sh       # the echo upstream on one runtime thread (default: one
 #                                           # per core, whose workers wake and preempt each other
 #                                           # and the proxy on a 2-core machine)
+#   QUIET_STEAL=1 benches/compare.sh        # the "quiet rounds" ratios take the rounds whose two
+#                                           # runs each had at most this much steal, µs a request
+#                                           # (default 0.5)
 #   NGINX_FIELDS=same benches/compare.sh    # nginx also sets X-Forwarded-Proto/-Host and keeps or
 #                                           # mints X-Request-Id, as ours does (see common.sh); the
 #                                           # targets are judged without
@@ -39,6 +42,9 @@ F_ROUNDS=${F_ROUNDS:-3}
 [[ $F_ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "F_ROUNDS is \"$F_ROUNDS\": expected a whole number of rounds, 1 or more" >&2; exit 1; }
 # nginx's worker_processes and our [server] workers: the same number of serving threads.
 WORKERS=${WORKERS:-1}
+# Steal, µs a request, up to which a run counts as undisturbed (the quiet-round ratios).
+QUIET_STEAL=${QUIET_STEAL:-0.5}
+[[ $QUIET_STEAL =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "QUIET_STEAL is \"$QUIET_STEAL\": expected µs of steal a request, e.g. 0.5" >&2; exit 1; }
 
 source benches/common.sh
 ensure_tools nginx wrk redis-server
@@ -182,7 +188,7 @@ run() {
 
 echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}, ECHO_THREADS=${ECHO_THREADS:-default}"
 printf '%-30s %10s %9s %9s %11s %10s %10s %6s %6s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB" "upstream" "idle" "steal"
-declare -A CPU RPS ROUND_CPU ROUND_RPS
+declare -A CPU RPS ROUND_CPU ROUND_RPS ROUND_STEAL
 SCENARIOS="nginx a b c d nginx-flood e nginx-tls g"
 for round in $(seq "$ROUNDS"); do
   for scenario in $SCENARIOS; do
@@ -205,7 +211,7 @@ for round in $(seq "$ROUNDS"); do
     read -r rps p50 p99 cpu rss upstream idle steal <<<"$line"
     printf '%-30s %10s %9s %9s %11s %10s %10s %6s %6s   (round %s) %s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$rss" "$upstream" "$idle" "$steal" "$round" "$note"
     CPU[$scenario]=$(awk -v a="${CPU[$scenario]:-0}" -v b="$cpu" 'BEGIN{print a + b}')
-    ROUND_CPU[$scenario,$round]=$cpu; ROUND_RPS[$scenario,$round]=$rps
+    ROUND_CPU[$scenario,$round]=$cpu; ROUND_RPS[$scenario,$round]=$rps; ROUND_STEAL[$scenario,$round]=$steal
     RPS[$scenario]=$(awk -v a="${RPS[$scenario]:-0}" -v b="$rps" 'BEGIN{print a + b}')
   done
 done
@@ -214,15 +220,30 @@ echo
 echo "ratios over all rounds (ours / nginx): CPU per request (lower is better), req/s (higher is better)"
 # Also the median of the rounds' own ratios (each round's pair ran back to back): one
 # disturbed run moves a sum by a fifth on this shared machine, the median by a round.
+# And over the quiet rounds alone: those whose two runs each had at most QUIET_STEAL µs of
+# steal a request. Another guest on the host moved nginx's own cost by half between rounds
+# of one run; a round it disturbed says little about either proxy.
 ratio() { # LABEL OURS THEIRS
-  local cpu_ratios=() rps_ratios=()
+  local cpu_ratios=() rps_ratios=() quiet=0 quiet_cpu=(0 0) quiet_rps=(0 0)
   for round in $(seq "$ROUNDS"); do
     cpu_ratios+=("$(awk -v a="${ROUND_CPU[$2,$round]}" -v b="${ROUND_CPU[$3,$round]}" 'BEGIN { print a / b }')")
     rps_ratios+=("$(awk -v a="${ROUND_RPS[$2,$round]}" -v b="${ROUND_RPS[$3,$round]}" 'BEGIN { print a / b }')")
+    if awk -v a="${ROUND_STEAL[$2,$round]}" -v b="${ROUND_STEAL[$3,$round]}" -v q="$QUIET_STEAL" 'BEGIN { exit !(a <= q && b <= q) }'; then
+      quiet=$((quiet + 1))
+      quiet_cpu=("$(awk -v a="${quiet_cpu[0]}" -v b="${ROUND_CPU[$2,$round]}" 'BEGIN { print a + b }')"
+        "$(awk -v a="${quiet_cpu[1]}" -v b="${ROUND_CPU[$3,$round]}" 'BEGIN { print a + b }')")
+      quiet_rps=("$(awk -v a="${quiet_rps[0]}" -v b="${ROUND_RPS[$2,$round]}" 'BEGIN { print a + b }')"
+        "$(awk -v a="${quiet_rps[1]}" -v b="${ROUND_RPS[$3,$round]}" 'BEGIN { print a + b }')")
+    fi
   done
   awk -v s="$1" -v oc="${CPU[$2]}" -v nc="${CPU[$3]}" -v orps="${RPS[$2]}" -v nrps="${RPS[$3]}" \
     -v mc="$(median "${cpu_ratios[@]}")" -v mr="$(median "${rps_ratios[@]}")" \
-    'BEGIN { printf "%-34s CPU µs/req %.2f×   req/s %.2f×   (median round: %.2f×, %.2f×)\n", s, oc / nc, orps / nrps, mc, mr }'
+    -v quiet="$quiet" -v rounds="$ROUNDS" -v qoc="${quiet_cpu[0]}" -v qnc="${quiet_cpu[1]}" -v qor="${quiet_rps[0]}" -v qnr="${quiet_rps[1]}" \
+    'BEGIN {
+      printf "%-34s CPU µs/req %.2f×   req/s %.2f×   (median round: %.2f×, %.2f×)", s, oc / nc, orps / nrps, mc, mr
+      if (quiet > 0) printf "   quiet rounds (%d of %d): %.2f×, %.2f×\n", quiet, rounds, qoc / qnc, qor / qnr
+      else printf "   quiet rounds: none of %d\n", rounds
+    }'
 }
 ratio "(a) proxy only" a nginx
 ratio "(b) edge layer" b nginx
