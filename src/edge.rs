@@ -19,9 +19,11 @@ use hashbrown::HashTable;
 use crate::clock::Nanos;
 use crate::ip_set::IpSet;
 use crate::limit::gcra::{self, Gcra};
-use crate::limit::{Rate, RateStatus};
+use crate::limit::{Policy, Rate, RateStatus};
 
 const SHARDS: usize = 64;
+/// What the edge layer's rates are called in headers and problem details.
+pub const POLICY_NAME: &str = "edge";
 /// Shortest pause between two sweeps of a saturated shard, so a flood does not sweep per request.
 const SWEEP_PAUSE_NS: u64 = 100_000_000;
 
@@ -66,30 +68,43 @@ pub enum EdgeVerdict {
 pub struct EdgeLayer {
     policy: EdgePolicy,
     buckets: Arc<EdgeBuckets>,
-    /// `edge`, the policy name in headers and problem details.
-    name: Arc<str>,
+    /// The default rate as told in headers and problem details (`edge`).
+    told: Arc<Policy>,
+    /// Each override's rate as told, in the overrides' order (an exempt list's is the default's,
+    /// never told).
+    overrides_told: Box<[Arc<Policy>]>,
 }
 
 impl EdgeLayer {
     pub fn new(policy: EdgePolicy) -> EdgeLayer {
         let buckets = Arc::new(EdgeBuckets::new(policy.max_tracked));
-        EdgeLayer {
-            policy,
-            buckets,
-            name: Arc::from("edge"),
-        }
+        EdgeLayer::with_buckets(policy, buckets)
     }
 
     /// A layer for `policy` that keeps the buckets of `previous` when its policy is the same
     /// (a reload that did not touch `[edge]` or the lists it uses).
     pub fn reusing(policy: EdgePolicy, previous: Option<&EdgeLayer>) -> EdgeLayer {
         match previous {
-            Some(previous) if previous.policy == policy => EdgeLayer {
-                policy,
-                buckets: previous.buckets.clone(),
-                name: previous.name.clone(),
-            },
+            Some(previous) if previous.policy == policy => {
+                EdgeLayer::with_buckets(policy, previous.buckets.clone())
+            }
             _ => EdgeLayer::new(policy),
+        }
+    }
+
+    fn with_buckets(policy: EdgePolicy, buckets: Arc<EdgeBuckets>) -> EdgeLayer {
+        let told = Policy::of(POLICY_NAME, &policy.rate);
+        let overrides_told = (policy.overrides.iter())
+            .map(|over| match over {
+                EdgeOverride::Rate { rate, .. } => Policy::of(POLICY_NAME, rate),
+                EdgeOverride::Exempt { .. } => told.clone(),
+            })
+            .collect();
+        EdgeLayer {
+            policy,
+            buckets,
+            told,
+            overrides_told,
         }
     }
 
@@ -99,12 +114,12 @@ impl EdgeLayer {
         if let Some((list, _)) = self.policy.deny.iter().find(|(_, ips)| ips.contains(ip)) {
             return EdgeVerdict::Forbidden { list: list.clone() };
         }
-        let mut rate = &self.policy.rate;
-        for over in &self.policy.overrides {
+        let (mut rate, mut told) = (&self.policy.rate, &self.told);
+        for (over, own_told) in self.policy.overrides.iter().zip(&self.overrides_told) {
             match over {
                 EdgeOverride::Exempt { ips, .. } if ips.contains(ip) => return EdgeVerdict::Exempt,
                 EdgeOverride::Rate { ips, rate: own, .. } if ips.contains(ip) => {
-                    rate = own;
+                    (rate, told) = (own, own_told);
                     break;
                 }
                 _ => {}
@@ -114,12 +129,9 @@ impl EdgeLayer {
             Gcra::Allow { .. } => EdgeVerdict::Allow,
             Gcra::Deny { retry_after, reset } => EdgeVerdict::Limited {
                 status: RateStatus {
-                    policy: self.name.clone(),
-                    limit: rate.limit,
-                    window: rate.per,
+                    policy: told.clone(),
                     remaining: 0,
                     reset,
-                    policy_item: None,
                 },
                 retry_after,
             },

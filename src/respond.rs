@@ -8,7 +8,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 
 use crate::added_fields::{Added, AddedFields};
 use crate::config::ResponseStyle;
-use crate::limit::{RateStatus, push_policy_item, whole_seconds};
+use crate::limit::{RateStatus, whole_seconds};
 use crate::request_id::RequestId;
 
 pub use crate::body::ResponseBody;
@@ -214,7 +214,7 @@ pub fn add_rate_fields(added: &mut AddedFields, statuses: &[RateStatus], style: 
     let reset = whole_seconds(first.reset);
     if style.x_ratelimit {
         added.add_composed(Added::XRateLimitLimit, |out| {
-            push_number(out, "", first.limit)
+            push_number(out, "", first.policy.limit)
         });
         added.add_composed(Added::XRateLimitRemaining, |out| {
             push_number(out, "", first.remaining)
@@ -223,28 +223,15 @@ pub fn add_rate_fields(added: &mut AddedFields, statuses: &[RateStatus], style: 
     }
     if style.ietf {
         added.add_composed(Added::RateLimitPolicy, |out| {
-            let mut formatted = String::new();
             for (i, status) in statuses.iter().enumerate() {
                 if i > 0 {
                     out.extend_from_slice(b", ");
                 }
-                match &status.policy_item {
-                    Some(item) => out.extend_from_slice(item.as_bytes()),
-                    None => {
-                        formatted.clear();
-                        push_policy_item(
-                            &mut formatted,
-                            &status.policy,
-                            status.limit,
-                            status.window,
-                        );
-                        out.extend_from_slice(formatted.as_bytes());
-                    }
-                }
+                out.extend_from_slice(status.policy.item.as_bytes());
             }
         });
         added.add_composed(Added::RateLimit, |out| {
-            push_item(out, &first.policy, ";r=", first.remaining);
+            push_item(out, &first.policy.name, ";r=", first.remaining);
             push_number(out, ";t=", reset);
         });
     }
@@ -374,8 +361,10 @@ fn needs_escape(byte: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::Policy;
     use http_body_util::BodyExt;
     use proptest::prelude::*;
+    use std::sync::Arc;
 
     #[tokio::test]
     async fn problem_has_every_field_and_the_request_id() {
@@ -490,27 +479,14 @@ mod tests {
 
     #[test]
     fn rate_limited_rounds_waits_up_and_sends_both_header_families() {
-        // The first window's policy item was written at load, the second's is formatted
-        // here: the header reads the same either way.
-        let status = |policy: &str, limit, window, remaining, reset_ms, at_load: bool| {
-            let rate = crate::limit::Rate {
-                limit,
-                per: Duration::from_secs(window),
-                burst: limit,
-            };
-            RateStatus {
-                policy: policy.into(),
-                limit,
-                window: rate.per,
-                remaining,
-                reset: Duration::from_millis(reset_ms),
-                policy_item: at_load
-                    .then(|| crate::limit::rules::Window::new(rate, policy.into()).policy_item),
-            }
+        let status = |policy: &str, limit, window, remaining, reset_ms| RateStatus {
+            policy: Arc::new(Policy::new(policy, limit, Duration::from_secs(window))),
+            remaining,
+            reset: Duration::from_millis(reset_ms),
         };
         let statuses = [
-            status("per-key-1m", 100, 60, 0, 1500, true),
-            status("per-key-1d", 5000, 86400, 4000, 86_000_000, false),
+            status("per-key-1m", 100, 60, 0, 1500),
+            status("per-key-1d", 5000, 86400, 4000, 86_000_000),
         ];
         let denial = Denial {
             policy: "per-key",

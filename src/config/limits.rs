@@ -444,7 +444,7 @@ fn windows(
             } else {
                 format!("{limit}-{}", format_per(rate.per))
             };
-            Window::new(*rate, Arc::from(policy))
+            Window::new(*rate, &policy)
         })
         .collect()
 }
@@ -666,7 +666,7 @@ pub(super) fn route_limits(
                 format!("{path}.cost"),
                 format!(
                     "cost {cost} exceeds window {:?} of limit {:?}; such requests could never pass",
-                    &*window.policy, &*rule.name
+                    &*window.policy.name, &*rule.name
                 ),
             );
         }

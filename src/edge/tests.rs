@@ -57,8 +57,8 @@ fn burst_then_limited_then_refilled_by_the_clock() {
     };
     assert_eq!(retry_after, Duration::from_millis(100));
     assert_eq!(
-        (&*status.policy, status.limit, status.remaining),
-        ("edge", 10, 0)
+        (&*status.policy.item, status.remaining),
+        ("\"edge\";q=10;w=1", 0)
     );
     clock.advance(Duration::from_millis(99));
     assert!(matches!(
@@ -84,6 +84,12 @@ fn lists_deny_exempt_and_override() {
     assert!((0..1000).all(|_| edge.check(ip("198.51.100.9"), ip("198.51.100.9"), now) == EdgeVerdict::Exempt));
     assert_eq!(allowed_in_a_row(&edge, ip("203.0.113.5"), now, 1000), 50);
     assert_eq!(allowed_in_a_row(&edge, ip("8.8.8.8"), now, 1000), 5);
+    // Each is told the rate that limited it.
+    let told = |client| match edge.check(ip(client), ip(client), now) {
+        EdgeVerdict::Limited { status, .. } => status.policy.limit,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!((told("203.0.113.5"), told("8.8.8.8")), (100, 10));
 }
 
 #[test]

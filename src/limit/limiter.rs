@@ -12,7 +12,7 @@ use super::key::{
     IdentityBuilder, IdentityHasher, Missing, PartValue, RequestFacts, window_identity,
 };
 use super::rules::{LimitRule, OnError, Plans, Window};
-use super::{Rate, RateStatus, WindowCheck};
+use super::{Policy, Rate, RateStatus, WindowCheck};
 use crate::clock::Nanos;
 use crate::store::denied::Denied;
 use crate::store::memory::MemoryStore;
@@ -516,13 +516,15 @@ fn status_of(window: &Window, rate: &Rate, check: &WindowCheck) -> RateStatus {
             remaining, reset, ..
         } => (remaining, reset),
     };
+    let policy = if *rate == window.rate {
+        window.policy.clone()
+    } else {
+        Policy::of(&window.policy.name, rate)
+    };
     RateStatus {
-        policy: window.policy.clone(),
-        limit: rate.limit,
-        window: rate.per,
+        policy,
         remaining,
         reset,
-        policy_item: (*rate == window.rate).then(|| window.policy_item.clone()),
     }
 }
 
@@ -533,12 +535,9 @@ mod tests {
 
     fn status(remaining: u64, reset_s: u64) -> RateStatus {
         RateStatus {
-            policy: "p".into(),
-            limit: 10,
-            window: Duration::from_secs(60),
+            policy: Arc::new(Policy::new("p", 10, Duration::from_secs(60))),
             remaining,
             reset: Duration::from_secs(reset_s),
-            policy_item: None,
         }
     }
 

@@ -39,25 +39,49 @@ impl Rate {
     }
 }
 
+/// A window as clients are told of it: shared by every status of that window, so a status
+/// holds one reference count, not one per string.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Policy {
+    /// Names the policy in headers and problem details (`edge`, or a limit's window).
+    pub name: Box<str>,
+    pub limit: u64,
+    pub window: Duration,
+    /// This policy as a `RateLimit-Policy` item, written once: it goes on every limited
+    /// response.
+    pub item: Box<str>,
+}
+
+impl Policy {
+    pub fn new(name: &str, limit: u64, window: Duration) -> Policy {
+        let mut item = String::new();
+        push_policy_item(&mut item, name, limit, window);
+        Policy {
+            name: name.into(),
+            limit,
+            window,
+            item: item.into(),
+        }
+    }
+
+    /// The policy of `rate`'s limit and window.
+    pub fn of(name: &str, rate: &Rate) -> Arc<Policy> {
+        Arc::new(Policy::new(name, rate.limit, rate.per))
+    }
+}
+
 /// What a client is told about one window: the policy and where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateStatus {
-    /// Names the policy in headers and problem details (`edge`, or a limit's window).
-    pub policy: Arc<str>,
-    pub limit: u64,
-    pub window: Duration,
+    pub policy: Arc<Policy>,
     pub remaining: u64,
     /// Until the full quota is back.
     pub reset: Duration,
-    /// This policy, limit and window as a `RateLimit-Policy` item, when written at load
-    /// (`rules::Window`); None where the rate is decided per request (the edge's, an outage's
-    /// local share), which is formatted when answered.
-    pub policy_item: Option<Arc<str>>,
 }
 
 /// Appends `"policy";q=limit;w=window`, one item of `RateLimit-Policy` (the window in whole
 /// seconds, at least 1).
-pub fn push_policy_item(out: &mut String, policy: &str, limit: u64, window: Duration) {
+fn push_policy_item(out: &mut String, policy: &str, limit: u64, window: Duration) {
     out.push('"');
     out.push_str(policy);
     out.push_str("\";q=");
@@ -167,3 +191,17 @@ fn nanos(ns: u64) -> Duration {
 
 #[cfg(test)]
 mod properties;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_item_tells_its_window_in_whole_seconds_rounded_up_and_at_least_one() {
+        let item = |window| Policy::new("per-key", 7, window).item;
+        assert_eq!(&*item(Duration::from_secs(60)), "\"per-key\";q=7;w=60");
+        assert_eq!(&*item(Duration::from_millis(1500)), "\"per-key\";q=7;w=2");
+        assert_eq!(&*item(Duration::from_millis(1)), "\"per-key\";q=7;w=1");
+        assert_eq!(&*item(Duration::ZERO), "\"per-key\";q=7;w=1");
+    }
+}

@@ -5,27 +5,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::key::{KeyPart, Missing};
-use super::{Algorithm, Rate};
+use super::{Algorithm, Policy, Rate};
 use crate::ip_set::IpSet;
 
-/// One window of a limit, with the name it has in headers (`per-key`, or `per-key-1d` when the
+/// One window of a limit, with the policy it is told as (`per-key`, or `per-key-1d` when the
 /// limit has several windows).
 #[derive(Debug, Clone)]
 pub struct Window {
     pub rate: Rate,
-    pub policy: Arc<str>,
-    /// Its `RateLimit-Policy` item, written once: it goes on every limited response.
-    pub policy_item: Arc<str>,
+    pub policy: Arc<Policy>,
 }
 
 impl Window {
-    pub fn new(rate: Rate, policy: Arc<str>) -> Window {
-        let mut item = String::new();
-        super::push_policy_item(&mut item, &policy, rate.limit, rate.per);
+    pub fn new(rate: Rate, name: &str) -> Window {
         Window {
             rate,
-            policy,
-            policy_item: Arc::from(item),
+            policy: Policy::of(name, &rate),
         }
     }
 }

@@ -51,7 +51,7 @@ pub async fn admit(
     if let Some(refusal) = edge_refusal(runtime, client.ip, grouped, now, request_id) {
         return Admission::Refused {
             answer: refusal,
-            by: Some(Arc::from("edge")),
+            by: Some(Arc::from(crate::edge::POLICY_NAME)),
         };
     }
     let Ok(slot) = route.enter() else {
@@ -198,7 +198,7 @@ fn edge_refusal(
         } => {
             let statuses = [status];
             let denial = Denial {
-                policy: "edge",
+                policy: crate::edge::POLICY_NAME,
                 retry_after,
                 statuses: &statuses,
             };

@@ -111,6 +111,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::Policy;
 
     const SECOND: u64 = 1_000_000_000;
 
@@ -119,12 +120,9 @@ mod tests {
             limit: Arc::from("per-key"),
             retry_after: Duration::from_secs(retry_secs),
             statuses: vec![RateStatus {
-                policy: Arc::from("per-key"),
-                limit: 10,
-                window: Duration::from_secs(60),
+                policy: Arc::new(Policy::new("per-key", 10, Duration::from_secs(60))),
                 remaining: 0,
                 reset: Duration::from_secs(30),
-                policy_item: None,
             }],
         }
     }
