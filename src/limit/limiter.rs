@@ -36,7 +36,7 @@ pub enum LimitDecision {
         /// Hold the request this long first (limits with action = "delay").
         delay: Duration,
         /// The most restrictive window first, then the others.
-        statuses: Vec<RateStatus>,
+        statuses: Small<RateStatus>,
         /// Shadow limits that would have denied.
         shadow_denied: Vec<Arc<str>>,
         /// The enforced limits that were checked (indices into `Limiter::rules`).
@@ -52,7 +52,7 @@ pub enum LimitDecision {
         identity: u128,
         retry_after: Duration,
         /// The window that holds the request back longest first, then the others.
-        statuses: Vec<RateStatus>,
+        statuses: Small<RateStatus>,
     },
     /// A key part was absent and the limit says `missing = "deny"`.
     MissingKey { limit: Arc<str>, part: String },
@@ -344,7 +344,7 @@ impl Limiter {
         if checked.0.is_empty() {
             return LimitDecision::Allow {
                 delay: Duration::ZERO,
-                statuses: Vec::new(),
+                statuses: Small::new(),
                 shadow_denied: Vec::new(),
                 applied: Small::new(),
                 degraded,
@@ -382,7 +382,7 @@ impl Limiter {
         checks: &[WindowCheck],
         degraded: Small<(usize, OnError)>,
     ) -> LimitDecision {
-        let mut statuses: Vec<RateStatus> = Vec::with_capacity(requests.len());
+        let mut statuses: Small<RateStatus> = Small::new();
         let mut worst: Option<(usize, Duration, &WindowRequest)> = None;
         let mut delay = Duration::ZERO;
         let mut applied: Small<usize> = Small::new();

@@ -21,6 +21,7 @@ use crate::metrics::BackendKind;
 use crate::request_id::RequestId;
 use crate::respond::{self, Denial, ResponseBody};
 use crate::route::{InFlightSlot, Route};
+use crate::store::Small;
 
 pub enum Admission {
     Refused {
@@ -31,7 +32,7 @@ pub enum Admission {
     Admitted {
         slot: Option<InFlightSlot>,
         /// For the rate-limit headers of the response: the most restrictive window first.
-        statuses: Vec<RateStatus>,
+        statuses: Small<RateStatus>,
         /// Wait this long before forwarding (limits with action = "delay").
         delay: Duration,
     },
@@ -82,7 +83,7 @@ pub async fn admit(
     match evaluated.decision {
         LimitDecision::NotLimited => Admission::Admitted {
             slot,
-            statuses: Vec::new(),
+            statuses: Small::new(),
             delay: Duration::ZERO,
         },
         LimitDecision::Allow {

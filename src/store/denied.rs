@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::clock::Nanos;
 use crate::limit::RateStatus;
+use crate::store::Small;
 
 const SHARDS: usize = 16;
 
@@ -17,7 +18,7 @@ const SHARDS: usize = 16;
 pub struct Denied {
     pub limit: Arc<str>,
     pub retry_after: Duration,
-    pub statuses: Vec<RateStatus>,
+    pub statuses: Small<RateStatus>,
 }
 
 struct Entry {
@@ -57,7 +58,7 @@ impl DeniedCache {
                 cost,
                 denied_at: now,
                 until,
-                statuses: denial.statuses.clone(),
+                statuses: denial.statuses.to_vec(),
             },
         );
     }
@@ -119,7 +120,7 @@ mod tests {
         Denied {
             limit: Arc::from("per-key"),
             retry_after: Duration::from_secs(retry_secs),
-            statuses: vec![RateStatus {
+            statuses: smallvec::smallvec![RateStatus {
                 policy: Arc::new(Policy::new("per-key", 10, Duration::from_secs(60))),
                 remaining: 0,
                 reset: Duration::from_secs(30),
