@@ -351,11 +351,34 @@ pub fn visible_text(value: &[u8]) -> Option<&str> {
     }
 }
 
-/// Whether `value` is visible ASCII and tabs, read as text where text is needed.
+/// Whether `value` is visible ASCII and tabs, read as text where text is needed. Eight bytes
+/// at a time, then the last eight (overlapping ones already seen): a byte at a time, the
+/// request's Host alone cost ~90 instructions.
 pub fn is_visible_text(value: &[u8]) -> bool {
-    value
-        .iter()
-        .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+    let visible = |bytes: &[u8]| {
+        bytes
+            .iter()
+            .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
+    };
+    if value.len() < 8 {
+        return visible(value);
+    }
+    let tail = (value.len() % 8 != 0).then(|| &value[value.len() - 8..]);
+    // A word holding a tab is read again a byte at a time.
+    (value.chunks_exact(8).chain(tail)).all(|word| all_printable(word) || visible(word))
+}
+
+/// Whether every byte of an eight-byte `word` is printable ASCII, a space to `~`.
+fn all_printable(word: &[u8]) -> bool {
+    const EACH: u64 = 0x0101_0101_0101_0101;
+    const TOP: u64 = EACH * 0x80;
+    let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
+    // A top bit set after the subtraction and clear before: a byte below a space, or a
+    // borrow from one (so never a false alarm alone). After adding one, or before: a byte
+    // of 0x7f or more, or a carry from one.
+    let below_space = word.wrapping_sub(EACH * 0x20) & !word & TOP;
+    let above_tilde = (word.wrapping_add(EACH) | word) & TOP;
+    below_space | above_tilde == 0
 }
 
 #[cfg(test)]

@@ -212,6 +212,19 @@ fn same_lookups(lines: &RequestFields, map: &RequestFields) -> Result<(), TestCa
 }
 
 proptest! {
+    /// Eight bytes at a time, a value is visible text exactly when each byte is a tab or
+    /// printable ASCII: around every bound (tab, space, `~`, DEL, the top bit) at any place.
+    #[test]
+    fn visible_text_is_each_byte_a_tab_or_printable(
+        value in vec(prop_oneof![
+            4 => 0x20u8..0x7f,
+            1 => prop::sample::select(vec![0u8, 0x08, 0x09, 0x0a, 0x1f, 0x20, 0x7e, 0x7f, 0x80, 0xc3, 0xfe, 0xff]),
+        ], 0..40),
+    ) {
+        let expected = value.iter().all(|&b| b == b'\t' || (0x20..0x7f).contains(&b));
+        prop_assert_eq!(is_visible_text(&value), expected);
+    }
+
     /// Eight bytes at a time, names compare as `eq_ignore_ascii_case` compares them, for any
     /// bytes against any lowercase ASCII.
     #[test]
