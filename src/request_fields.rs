@@ -363,7 +363,7 @@ pub fn is_visible_text(value: &[u8]) -> bool {
     if value.len() < 8 {
         return visible(value);
     }
-    let tail = (value.len() % 8 != 0).then(|| &value[value.len() - 8..]);
+    let tail = (!value.len().is_multiple_of(8)).then(|| &value[value.len() - 8..]);
     // A word holding a tab is read again a byte at a time.
     (value.chunks_exact(8).chain(tail)).all(|word| all_printable(word) || visible(word))
 }
