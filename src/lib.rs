@@ -18,6 +18,7 @@ pub mod request_id;
 pub mod respond;
 pub mod route;
 pub mod server;
+pub mod spare;
 pub mod store;
 pub mod tls;
 pub mod upstream_fields;

@@ -7,13 +7,25 @@
 //! Names keep the upstream's spelling (field names are case-insensitive; nginx passes them on
 //! as they come too).
 
+use std::cell::Cell;
+
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::added_fields::{Added, AddedFields};
 use crate::proxy::http1::encode_field;
+use crate::spare;
 
 /// Above any Content-Length accepted (18 digits at most).
 const NO_LENGTH: u64 = u64::MAX;
+/// Lines of a usual response head fit: a buffer of this size serves one answer after another.
+const LINES_CAPACITY: usize = 512;
+/// The largest buffer kept for the next answer (`spare`).
+const MAX_SPARE_CAPACITY: usize = 4096;
+
+thread_local! {
+    /// An emptied buffer of lines for this thread's next answer (`spare`).
+    static SPARE_LINES: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
 
 #[derive(Debug)]
 pub struct UpstreamFields {
@@ -39,11 +51,21 @@ impl Default for UpstreamFields {
     }
 }
 
+impl Drop for UpstreamFields {
+    fn drop(&mut self) {
+        spare::keep(
+            &SPARE_LINES,
+            std::mem::take(&mut self.lines),
+            MAX_SPARE_CAPACITY,
+        );
+    }
+}
+
 impl UpstreamFields {
     /// Room for `bytes` of lines.
     pub(crate) fn with_capacity(bytes: usize) -> UpstreamFields {
         UpstreamFields {
-            lines: Vec::with_capacity(bytes),
+            lines: spare::take(&SPARE_LINES, bytes.max(LINES_CAPACITY)),
             ..UpstreamFields::default()
         }
     }
@@ -144,6 +166,23 @@ mod tests {
         let mut out = Vec::new();
         fields.write_lines(&mut out, added);
         String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn an_answers_lines_serve_the_next_answer_on_its_thread_emptied() {
+        let spare_capacity = || spare::capacity_in(&SPARE_LINES);
+        let first = fields(&[("server", "echo")]);
+        assert_eq!(spare_capacity(), 0);
+        drop(first);
+        assert_eq!(spare_capacity(), LINES_CAPACITY);
+        let next = fields(&[("date", "today")]);
+        assert_eq!(spare_capacity(), 0, "taken by the next answer");
+        assert_eq!(written(&next, &AddedFields::default()), "date: today\r\n");
+        drop(next);
+        // One grown past what is kept goes with its answer.
+        let large = fields(&[("x-large", &"a".repeat(MAX_SPARE_CAPACITY))]);
+        drop(large);
+        assert_eq!(spare_capacity(), 0);
     }
 
     #[test]
