@@ -114,7 +114,7 @@ fn limits_decision(c: &mut Criterion) {
         per: Duration::from_secs(60),
         burst: limit,
     };
-    let window = |rate: Rate, name: &str| Window::new(rate, Arc::from(name));
+    let window = |rate: Rate, name: &str| Window::new(rate, name);
     let rule = |name: &str, key: Vec<KeyPart>, algorithm| LimitRule {
         name: Arc::from(name),
         key,
