@@ -18,7 +18,11 @@
 #   CONNS=100 DURATION=20s ROUNDS=3 benches/compare.sh
 #   WORKERS=2 benches/compare.sh            # two nginx workers against two of ours (default 1)
 #   ROUNDS=0 RATE=20000 benches/compare.sh  # only (f), at a given rate
-#   F_ROUNDS=5 benches/compare.sh           # (f) in 5 alternating rounds, medians (default 3)
+#   F_ROUNDS=5 benches/compare.sh           # (f) in 5 alternating rounds, medians (default 3; 0 skips (f))
+#   SCENARIOS="nginx c" ROUNDS=12 DURATION=4s F_ROUNDS=0 benches/compare.sh
+#                                           # only these runs (of nginx a b c d nginx-flood e
+#                                           # nginx-tls g), so more rounds of them fit: more pairs
+#                                           # run back to back, and more of them undisturbed
 #   ECHO_THREADS=1 benches/compare.sh       # the echo upstream on one runtime thread (default: one
 #                                           # per core, whose workers wake and preempt each other
 #                                           # and the proxy on a 2-core machine)
@@ -39,7 +43,15 @@ DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-2}
 # Rounds of (f), each against its own direct-to-upstream run.
 F_ROUNDS=${F_ROUNDS:-3}
-[[ $F_ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "F_ROUNDS is \"$F_ROUNDS\": expected a whole number of rounds, 1 or more" >&2; exit 1; }
+[[ $F_ROUNDS =~ ^[0-9]+$ ]] || { echo "F_ROUNDS is \"$F_ROUNDS\": expected a whole number of rounds (0 skips (f))" >&2; exit 1; }
+# The wrk runs of each round, in order.
+SCENARIOS=${SCENARIOS:-nginx a b c d nginx-flood e nginx-tls g}
+for scenario in $SCENARIOS; do
+  case " nginx a b c d nginx-flood e nginx-tls g " in
+    *" $scenario "*) ;;
+    *) echo "SCENARIOS has \"$scenario\": expected names among nginx a b c d nginx-flood e nginx-tls g" >&2; exit 1 ;;
+  esac
+done
 # nginx's worker_processes and our [server] workers: the same number of serving threads.
 WORKERS=${WORKERS:-1}
 # Steal, µs a request, up to which a run counts as undisturbed (the quiet-round ratios).
@@ -189,7 +201,6 @@ run() {
 echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}, ECHO_THREADS=${ECHO_THREADS:-default}"
 printf '%-30s %10s %9s %9s %11s %10s %10s %6s %6s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB" "upstream" "idle" "steal"
 declare -A CPU RPS ROUND_CPU ROUND_RPS ROUND_STEAL
-SCENARIOS="nginx a b c d nginx-flood e nginx-tls g"
 for round in $(seq "$ROUNDS"); do
   for scenario in $SCENARIOS; do
     note=""
@@ -223,7 +234,8 @@ echo "ratios over all rounds (ours / nginx): CPU per request (lower is better), 
 # And over the quiet rounds alone: those whose two runs each had at most QUIET_STEAL µs of
 # steal a request. Another guest on the host moved nginx's own cost by half between rounds
 # of one run; a round it disturbed says little about either proxy.
-ratio() { # LABEL OURS THEIRS
+ratio() { # LABEL OURS THEIRS; nothing when either was not run
+  [ -n "${CPU[$2]:-}" ] && [ -n "${CPU[$3]:-}" ] || return 0
   local cpu_ratios=() rps_ratios=() quiet=0 quiet_cpu=(0 0) quiet_rps=(0 0)
   for round in $(seq "$ROUNDS"); do
     cpu_ratios+=("$(awk -v a="${ROUND_CPU[$2,$round]}" -v b="${ROUND_CPU[$3,$round]}" 'BEGIN { print a / b }')")
@@ -252,13 +264,17 @@ ratio "(d) 2 Redis limits vs nginx (a)" d nginx
 ratio "(e) flood vs nginx flood" e nginx-flood
 ratio "(g) https keep-alive" g nginx-tls
 # A denied request's cost: the flood mixes 10% allowed (each like (c)) and 90% denied.
-awk -v e="${CPU[e]}" -v c="${CPU[c]}" -v rounds="$ROUNDS" 'BEGIN {
-  denied = (e - 0.1 * c) / 0.9
-  printf "(e) a denied request costs ~%.1f µs of CPU, %.2f× an allowed one of (c) (target ≤ 0.33)\n", denied / rounds, denied / c }'
+if [ -n "${CPU[e]:-}" ] && [ -n "${CPU[c]:-}" ]; then
+  awk -v e="${CPU[e]}" -v c="${CPU[c]}" -v rounds="$ROUNDS" 'BEGIN {
+    denied = (e - 0.1 * c) / 0.9
+    printf "(e) a denied request costs ~%.1f µs of CPU, %.2f× an allowed one of (c) (target ≤ 0.33)\n", denied / rounds, denied / c }'
+fi
 fi
 
+[ "$F_ROUNDS" -gt 0 ] || exit 0
 # (f) latency at a fixed rate: half of nginx's peak, the same for everyone, oha -q.
 if [ -z "${RATE:-}" ]; then
+  [ -n "${RPS[nginx]:-}" ] || { echo "(f) runs at half nginx's peak: give SCENARIOS nginx, or RATE" >&2; exit 1; }
   RATE=$(awk -v r="${RPS[nginx]}" -v n="$ROUNDS" 'BEGIN { printf "%d", r / n / 2 }')
 fi
 # Also at a moderate rate every proxy here sustains, where added latency is not queueing.
