@@ -373,9 +373,9 @@ fn all_printable(word: &[u8]) -> bool {
     const EACH: u64 = 0x0101_0101_0101_0101;
     const TOP: u64 = EACH * 0x80;
     let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
-    // A top bit set after the subtraction and clear before: a byte below a space, or a
-    // borrow from one (so never a false alarm alone). After adding one, or before: a byte
-    // of 0x7f or more, or a carry from one.
+    // A top bit set after the subtraction and clear before: a byte below a space (a borrow
+    // may flag bytes above it too, but only when one was found). After adding one, or
+    // before: a byte of 0x7f or more (a carry, likewise, only after one).
     let below_space = word.wrapping_sub(EACH * 0x20) & !word & TOP;
     let above_tilde = (word.wrapping_add(EACH) | word) & TOP;
     below_space | above_tilde == 0

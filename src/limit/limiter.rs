@@ -506,7 +506,8 @@ fn divided(rate: &Rate, instances: u64) -> Rate {
     }
 }
 
-/// `rate` is the one checked: the window's own, or its local share during a store outage.
+/// `rate` is the one checked: the window's own, or its local share during a store outage
+/// (whose policy is made here, during outages only).
 fn status_of(window: &Window, rate: &Rate, check: &WindowCheck) -> RateStatus {
     let (remaining, reset) = match *check {
         WindowCheck::Allow {
