@@ -12,7 +12,7 @@ use super::key::{
     IdentityBuilder, IdentityHasher, Missing, PartValue, RequestFacts, window_identity,
 };
 use super::rules::{LimitRule, OnError, Plans, Window};
-use super::{Policy, Rate, RateStatus, WindowCheck};
+use super::{Rate, RateStatus, WindowCheck};
 use crate::clock::Nanos;
 use crate::store::denied::Denied;
 use crate::store::memory::MemoryStore;
@@ -506,8 +506,7 @@ fn divided(rate: &Rate, instances: u64) -> Rate {
     }
 }
 
-/// `rate` is the one checked: the window's own, or its local share during a store outage
-/// (whose policy is made here, during outages only).
+/// `rate` is the one checked: the window's own, or its local share during a store outage.
 fn status_of(window: &Window, rate: &Rate, check: &WindowCheck) -> RateStatus {
     let (remaining, reset) = match *check {
         WindowCheck::Allow {
@@ -520,7 +519,7 @@ fn status_of(window: &Window, rate: &Rate, check: &WindowCheck) -> RateStatus {
     let policy = if *rate == window.rate {
         window.policy.clone()
     } else {
-        Policy::of(&window.policy.name, rate)
+        window.share_policy(rate)
     };
     RateStatus {
         policy,
@@ -532,6 +531,7 @@ fn status_of(window: &Window, rate: &Rate, check: &WindowCheck) -> RateStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limit::Policy;
     use proptest::prelude::*;
 
     fn status(remaining: u64, reset_s: u64) -> RateStatus {

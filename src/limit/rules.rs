@@ -1,7 +1,7 @@
 //! A limit as configured and validated: its key, algorithm, windows, tiers and actions.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::key::{KeyPart, Missing};
@@ -14,6 +14,9 @@ use crate::ip_set::IpSet;
 pub struct Window {
     pub rate: Rate,
     pub policy: Arc<Policy>,
+    /// Its local share during a store outage, as told: made by the first request that needs
+    /// it, not for every request of an outage.
+    share_policy: OnceLock<Arc<Policy>>,
 }
 
 impl Window {
@@ -21,6 +24,18 @@ impl Window {
         Window {
             rate,
             policy: Policy::of(name, &rate),
+            share_policy: OnceLock::new(),
+        }
+    }
+
+    /// The policy of `share`, this window's local share of its rate during a store outage
+    /// (the same share for every request of one config; another is made afresh).
+    pub fn share_policy(&self, share: &Rate) -> Arc<Policy> {
+        let made = (self.share_policy).get_or_init(|| Policy::of(&self.policy.name, share));
+        if (made.limit, made.window) == (share.limit, share.per) {
+            made.clone()
+        } else {
+            Policy::of(&self.policy.name, share)
         }
     }
 }
@@ -92,4 +107,24 @@ pub struct Plans {
     pub default: Option<String>,
     /// A Redis hash of `identity → tier` consulted first, and how long its answers are cached.
     pub redis_hash: Option<(String, Duration)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_windows_local_share_is_told_by_one_policy_made_once() {
+        let rate = |limit| Rate {
+            limit,
+            per: Duration::from_secs(60),
+            burst: limit,
+        };
+        let window = Window::new(rate(10), "per-key");
+        let first = window.share_policy(&rate(5));
+        assert_eq!(&*first.item, "\"per-key\";q=5;w=60");
+        assert!(Arc::ptr_eq(&first, &window.share_policy(&rate(5))));
+        // Another share (never within one config) is told as it is.
+        assert_eq!(&*window.share_policy(&rate(3)).item, "\"per-key\";q=3;w=60");
+    }
 }
