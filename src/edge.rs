@@ -73,6 +73,8 @@ pub struct EdgeLayer {
     /// Each override's rate as told, in the overrides' order (an exempt list's is the default's,
     /// never told).
     overrides_told: Box<[Arc<Policy>]>,
+    /// `edge`, for the access log of each request it refuses (made once, not per refusal).
+    name: Arc<str>,
 }
 
 impl EdgeLayer {
@@ -105,7 +107,13 @@ impl EdgeLayer {
             buckets,
             told,
             overrides_told,
+            name: Arc::from(POLICY_NAME),
         }
+    }
+
+    /// `edge`, as the access log names what refused a request.
+    pub fn name(&self) -> &Arc<str> {
+        &self.name
     }
 
     /// Checks client `ip` at `now`, taking one token from the bucket of `bucket_ip` (the

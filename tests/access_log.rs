@@ -17,7 +17,7 @@ async fn access_lines_are_json_with_the_request_id_and_never_show_secrets() {
     let dir = std::env::temp_dir().join(format!("rlp-access-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = format!(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\n[log]\nformat = \"json\"\naccess = true\n[[limits]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nrates = [{{ limit = 1, per = \"1h\" }}]\n{}",
+        "[server]\nlisten = [\"127.0.0.1:0\"]\n[log]\nformat = \"json\"\naccess = true\n[edge]\nrate = \"2/h\"\nburst = 2\n[[limits]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nrates = [{{ limit = 1, per = \"1h\" }}]\n{}",
         one_route_config(&[upstream.url()], "").replace(
             "upstream = \"api\"\n",
             "upstream = \"api\"\nlimits = [\"per-key\"]\n"
@@ -55,7 +55,9 @@ async fn access_lines_are_json_with_the_request_id_and_never_show_secrets() {
         .expect("listening line");
 
     let mut ids = Vec::new();
-    for expected in [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS] {
+    // Allowed; refused by the per-key limit (the edge's second token); refused by the edge.
+    let refusals = [StatusCode::TOO_MANY_REQUESTS; 2];
+    for expected in [StatusCode::OK].into_iter().chain(refusals) {
         let request = Request::get(format!("http://{addr}/orders?token=query-secret"))
             .header("x-api-key", "api-key-secret")
             .header("authorization", "Bearer bearer-secret")
@@ -80,7 +82,7 @@ async fn access_lines_are_json_with_the_request_id_and_never_show_secrets() {
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter(|j| j["target"] == "access")
             .collect();
-        if access.len() >= 2 {
+        if access.len() >= 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -105,7 +107,7 @@ async fn access_lines_are_json_with_the_request_id_and_never_show_secrets() {
             .all(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
         "a log line is not JSON"
     );
-    assert_eq!(access.len(), 2, "{all}");
+    assert_eq!(access.len(), 3, "{all}");
     for (line, id) in access.iter().zip(&ids) {
         let fields = &line["fields"];
         assert_eq!(fields["request_id"], id.as_str());
@@ -121,4 +123,6 @@ async fn access_lines_are_json_with_the_request_id_and_never_show_secrets() {
     assert_eq!(access[0]["fields"]["remaining"], 0);
     assert_eq!(access[1]["fields"]["status"], 429);
     assert_eq!(access[1]["fields"]["refused_by"], "per-key");
+    assert_eq!(access[2]["fields"]["status"], 429);
+    assert_eq!(access[2]["fields"]["refused_by"], "edge");
 }

@@ -52,7 +52,7 @@ pub async fn admit(
     if let Some(refusal) = edge_refusal(runtime, client.ip, grouped, now, request_id) {
         return Admission::Refused {
             answer: refusal,
-            by: Some(Arc::from(crate::edge::POLICY_NAME)),
+            by: runtime.edge.as_ref().map(|edge| edge.name().clone()),
         };
     }
     let Ok(slot) = route.enter() else {
