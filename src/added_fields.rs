@@ -95,11 +95,7 @@ pub struct AddedFields {
 
 impl Drop for AddedFields {
     fn drop(&mut self) {
-        spare::keep(
-            &SPARE_LINES,
-            std::mem::take(&mut self.lines),
-            LINES_CAPACITY,
-        );
+        spare::keep(&SPARE_LINES, &mut self.lines, LINES_CAPACITY);
     }
 }
 

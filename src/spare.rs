@@ -18,9 +18,11 @@ pub fn take(slot: &'static Slot, capacity: usize) -> Vec<u8> {
     buffer
 }
 
-/// Keeps `buffer`, emptied, in `slot` when it holds at most `max_capacity` bytes: one grown by
-/// a large answer is freed, so the slot stays small.
-pub fn keep(slot: &'static Slot, mut buffer: Vec<u8>, max_capacity: usize) {
+/// Takes `buffer` (leaving it empty) and keeps it, emptied, in `slot` when it holds at most
+/// `max_capacity` bytes: one grown by a large answer is freed, so the slot stays small. For
+/// the `Drop` of what holds the buffer.
+pub fn keep(slot: &'static Slot, buffer: &mut Vec<u8>, max_capacity: usize) {
+    let mut buffer = std::mem::take(buffer);
     if (1..=max_capacity).contains(&buffer.capacity()) {
         buffer.clear();
         let _ = slot.try_with(|spare| spare.set(buffer));
@@ -53,7 +55,7 @@ mod tests {
         let mut first = take(&SLOT, 64);
         first.extend_from_slice(b"first");
         let capacity = first.capacity();
-        keep(&SLOT, first, 64);
+        keep(&SLOT, &mut first, 64);
         assert_eq!(spare_capacity(), capacity);
         let next = take(&SLOT, 16);
         assert_eq!(
@@ -61,10 +63,10 @@ mod tests {
             (0, capacity, 0)
         );
 
-        let grown = vec![0u8; 65];
-        keep(&SLOT, grown, 64);
+        let mut grown = vec![0u8; 65];
+        keep(&SLOT, &mut grown, 64);
         assert_eq!(spare_capacity(), 0);
-        keep(&SLOT, Vec::new(), 64);
+        keep(&SLOT, &mut Vec::new(), 64);
         assert_eq!(spare_capacity(), 0);
     }
 }

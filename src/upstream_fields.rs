@@ -53,11 +53,7 @@ impl Default for UpstreamFields {
 
 impl Drop for UpstreamFields {
     fn drop(&mut self) {
-        spare::keep(
-            &SPARE_LINES,
-            std::mem::take(&mut self.lines),
-            MAX_SPARE_CAPACITY,
-        );
+        spare::keep(&SPARE_LINES, &mut self.lines, MAX_SPARE_CAPACITY);
     }
 }
 
