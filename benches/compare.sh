@@ -33,6 +33,8 @@
 #                                           # mints X-Request-Id, as ours does (see common.sh); the
 #                                           # targets are judged without
 #
+# Each proxy leads a session of its own, nginx by daemonizing and ours under `setsid`, so that
+# the kernel's autogroup scheduling treats them alike (own_session in common.sh).
 # Everything stays on 127.0.0.1 and stops by itself. nginx, wrk and redis-server come from apt
 # and oha from `cargo install` when missing.
 set -euo pipefail
@@ -139,7 +141,8 @@ name = "default"
 upstream = "echo"
 $4
 TOML
-  RUST_LOG=warn "$BIN" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  # In a session of its own, as nginx daemonizes into one (see own_session in common.sh).
+  RUST_LOG=warn setsid "$BIN" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
   PIDS+=($!)
   OURS_PORT=$port; OURS_PID=$!
 }
@@ -167,6 +170,7 @@ ours d "$EDGE
 $(redis_store "$REDIS_PORT")" "" "$TWO_LIMITS"
 D_PORT=$OURS_PORT; D_PID=$OURS_PID
 for port in "$A_PORT" "$B_PORT" "$C_PORT" "$D_PORT" "$TLS_PORT" "$NGINX_TLS_PORT"; do wait_port "$port"; done
+own_session "$A_PID" "$B_PID" "$C_PID" "$D_PID" "$(cat "$WORK/nginx.pid")"
 
 # (e)'s load: 1 request in 10 with a fresh key (allowed), 9 with one flooding key (denied).
 cat > "$WORK/flood.lua" <<'LUA'
