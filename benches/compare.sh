@@ -33,6 +33,10 @@
 #                                           # mints X-Request-Id, as ours does (see common.sh); the
 #                                           # targets are judged without
 #
+#   SESSIONS=shared benches/compare.sh      # both proxies in this script's session, beside wrk and
+#                                           # the upstream (nginx with `daemon off`), instead of
+#                                           # each leading a session of its own (see below)
+#
 # Each proxy leads a session of its own, nginx by daemonizing and ours under `setsid`, so that
 # the kernel's autogroup scheduling treats them alike (own_session in common.sh).
 # Everything stays on 127.0.0.1 and stops by itself. nginx, wrk and redis-server come from apt
@@ -58,6 +62,13 @@ done
 WORKERS=${WORKERS:-1}
 # Steal, µs a request, up to which a run counts as undisturbed (the quiet-round ratios).
 QUIET_STEAL=${QUIET_STEAL:-0.5}
+# Whose session the proxies run in (own_session in common.sh).
+SESSIONS=${SESSIONS:-own}
+case $SESSIONS in
+  own) NGINX_DAEMON=on; OURS_START=(setsid) ;;
+  shared) NGINX_DAEMON=off; OURS_START=() ;;
+  *) echo "SESSIONS is \"$SESSIONS\": expected own or shared" >&2; exit 1 ;;
+esac
 [[ $QUIET_STEAL =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "QUIET_STEAL is \"$QUIET_STEAL\": expected µs of steal a request, e.g. 0.5" >&2; exit 1; }
 
 source benches/common.sh
@@ -83,6 +94,7 @@ NGINX_TLS_PORT=$(free_port)
 mkdir -p "$WORK/nginx"
 cat > "$WORK/nginx.conf" <<CONF
 worker_processes $WORKERS;
+daemon $NGINX_DAEMON;
 pid $WORK/nginx.pid;
 error_log $WORK/nginx/error.log warn;
 events { worker_connections 4096; }
@@ -116,7 +128,11 @@ http {
   }
 }
 CONF
-"$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null
+if [ "$NGINX_DAEMON" = on ]; then
+  "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null
+else
+  "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null &
+fi
 wait_port "$NGINX_PORT"
 PIDS+=("$(cat "$WORK/nginx.pid")")  # stopping the master stops its worker
 NGINX_PIDS=$(pgrep -f "nginx.*$WORK/nginx.conf" | tr '\n' ' ')
@@ -141,8 +157,7 @@ name = "default"
 upstream = "echo"
 $4
 TOML
-  # In a session of its own, as nginx daemonizes into one (see own_session in common.sh).
-  RUST_LOG=warn setsid "$BIN" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  RUST_LOG=warn "${OURS_START[@]}" "$BIN" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
   PIDS+=($!)
   OURS_PORT=$port; OURS_PID=$!
 }
@@ -170,7 +185,7 @@ ours d "$EDGE
 $(redis_store "$REDIS_PORT")" "" "$TWO_LIMITS"
 D_PORT=$OURS_PORT; D_PID=$OURS_PID
 for port in "$A_PORT" "$B_PORT" "$C_PORT" "$D_PORT" "$TLS_PORT" "$NGINX_TLS_PORT"; do wait_port "$port"; done
-own_session "$A_PID" "$B_PID" "$C_PID" "$D_PID" "$(cat "$WORK/nginx.pid")"
+[ "$SESSIONS" = shared ] || own_session "$A_PID" "$B_PID" "$C_PID" "$D_PID" "$(cat "$WORK/nginx.pid")"
 
 # (e)'s load: 1 request in 10 with a fresh key (allowed), 9 with one flooding key (denied).
 cat > "$WORK/flood.lua" <<'LUA'
@@ -202,7 +217,7 @@ run() {
     END { printf "%s %s %s %.1f %d %.1f %.1f %.1f\n", rps, p50, p99, t / hz * 1e6 / n, rss, u / hz * 1e6 / n, i / hz * 1e6 / n, s / hz * 1e6 / n }' "$WORK/$name.txt"
 }
 
-echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}, ECHO_THREADS=${ECHO_THREADS:-default}"
+echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}, ECHO_THREADS=${ECHO_THREADS:-default}, SESSIONS=$SESSIONS"
 printf '%-30s %10s %9s %9s %11s %10s %10s %6s %6s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB" "upstream" "idle" "steal"
 declare -A CPU RPS ROUND_CPU ROUND_RPS ROUND_STEAL
 for round in $(seq "$ROUNDS"); do
