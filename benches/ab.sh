@@ -42,9 +42,11 @@ start() {
   PORT=$(free_port)
   printf '[server]\nlisten = ["127.0.0.1:%s"]\nworkers = %s\n%s\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n%s\n' \
     "$PORT" "$WORKERS" "$STORE" "$UPSTREAM_PORT" "$ROUTE" > "$WORK/$1.toml"
-  RUST_LOG=warn "$2" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
+  # In a session of its own, as compare.sh starts ours (own_session in common.sh).
+  RUST_LOG=warn setsid "$2" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
   PID=$!; PIDS+=($PID)
   wait_port "$PORT"
+  own_session "$PID"
 }
 start A "$BIN"; A_PORT=$PORT; A_PID=$PID
 start B "$OTHER"; B_PORT=$PORT; B_PID=$PID

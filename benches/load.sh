@@ -61,11 +61,13 @@ REDIS_PROXY_PORT=$(free_port)
 sed -e "s/^listen = .*/listen = [\"127.0.0.1:$REDIS_PROXY_PORT\"]/" \
     -e "s|^hash_secret = .*|hash_secret = \"bench\"\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:$REDIS_PORT/0\"\ntimeout = \"100ms\"|" \
     "$WORK/limits.toml" > "$WORK/redis.toml"
-RUST_LOG=warn "$BIN" --config "$WORK/redis.toml" >"$WORK/redis-proxy.log" 2>&1 & REDIS_PROXY_PID=$!; PIDS+=($REDIS_PROXY_PID)
-RUST_LOG=warn "$BIN" --config "$WORK/gw.toml" >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
-RUST_LOG=warn "$BIN" --config "$WORK/limits.toml" >"$WORK/limits.log" 2>&1 & LIMITS_PID=$!; PIDS+=($LIMITS_PID)
+RUST_LOG=warn setsid "$BIN" --config "$WORK/redis.toml" >"$WORK/redis-proxy.log" 2>&1 & REDIS_PROXY_PID=$!; PIDS+=($REDIS_PROXY_PID)
+RUST_LOG=warn setsid "$BIN" --config "$WORK/gw.toml" >"$WORK/proxy.log" 2>&1 & PROXY_PID=$!; PIDS+=($PROXY_PID)
+RUST_LOG=warn setsid "$BIN" --config "$WORK/limits.toml" >"$WORK/limits.log" 2>&1 & LIMITS_PID=$!; PIDS+=($LIMITS_PID)
 wait_port "$UPSTREAM_PORT"; wait_port "$PROXY_PORT"; wait_port "$LIMITS_PORT"; wait_port "$TLS_PORT"
 wait_port "$REDIS_PROXY_PORT"
+# Each proxy in a session of its own, as compare.sh starts them (own_session in common.sh).
+own_session "$REDIS_PROXY_PID" "$PROXY_PID" "$LIMITS_PID"
 
 # run NAME URL PID [wrk args]: one wrk run; prints a table row. PID is the process whose CPU
 # is charged.
@@ -126,7 +128,7 @@ for algorithm in token_bucket gcra sliding_window fixed_window; do
   printf '[[limits]]\nname = "%s"\nkey = ["header:x-api-key"]\nalgorithm = "%s"\nrates = [{ limit = 100, per = "1h" }]\n' \
     "$algorithm" "$algorithm" >> "$WORK/memory.toml"
 done
-RUST_LOG=warn "$BIN" --config "$WORK/memory.toml" >"$WORK/memory-proxy.log" 2>&1 & PIDS+=($!)
+RUST_LOG=warn setsid "$BIN" --config "$WORK/memory.toml" >"$WORK/memory-proxy.log" 2>&1 & PIDS+=($!)
 wait_port "$MEMORY_PORT"
 for i in $(seq 1000); do
   curl -s -o /dev/null -H "x-api-key: tenant-$i-0123456789abcdef" "http://127.0.0.1:$MEMORY_PORT/algorithms/x"
