@@ -47,11 +47,12 @@ cpu_ticks() { local total=0; for p in "$@"; do total=$((total + $(awk '{print $1
 idle_ticks() { awk '/^cpu / {print $5 + $6}' /proc/stat; }
 # CPU time the hypervisor gave other guests while this one had work (a noisy neighbour).
 steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
-# own_session PID...: fails unless each process leads a session of its own. compare.sh starts
-# our proxies with `setsid`, as nginx's daemon mode (and a service manager) starts nginx: with the
-# kernel's autogroup scheduling (kernel.sched_autogroup_enabled, on here) a session is one
-# scheduling group, and a proxy left in the script's session shares one group with wrk and the
-# echo upstream, which then preempt it about ten times as often as they do the daemon nginx.
+# own_session PID...: fails unless each process leads a session of its own. The load scripts
+# start our proxies with `setsid`, as nginx's daemon mode (and a service manager) starts nginx:
+# with the kernel's autogroup scheduling (kernel.sched_autogroup_enabled, on here) a session is
+# one scheduling group, and a proxy left in the script's session shares one group with wrk and
+# the echo upstream, which then preempt it about ten times as often as they do the daemon nginx
+# (docs/PERFORMANCE.md, seventeenth round).
 own_session() {
   for p in "$@"; do
     [ "$(ps -o sid= -p "$p" | tr -d ' ')" = "$p" ] || { echo "process $p does not lead a session of its own (setsid forked?)" >&2; exit 1; }

@@ -62,6 +62,7 @@ done
 WORKERS=${WORKERS:-1}
 # Steal, µs a request, up to which a run counts as undisturbed (the quiet-round ratios).
 QUIET_STEAL=${QUIET_STEAL:-0.5}
+[[ $QUIET_STEAL =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "QUIET_STEAL is \"$QUIET_STEAL\": expected µs of steal a request, e.g. 0.5" >&2; exit 1; }
 # Whose session the proxies run in (own_session in common.sh).
 SESSIONS=${SESSIONS:-own}
 case $SESSIONS in
@@ -69,7 +70,6 @@ case $SESSIONS in
   shared) NGINX_DAEMON=off; OURS_START=() ;;
   *) echo "SESSIONS is \"$SESSIONS\": expected own or shared" >&2; exit 1 ;;
 esac
-[[ $QUIET_STEAL =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "QUIET_STEAL is \"$QUIET_STEAL\": expected µs of steal a request, e.g. 0.5" >&2; exit 1; }
 
 source benches/common.sh
 ensure_tools nginx wrk redis-server
