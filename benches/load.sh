@@ -128,8 +128,9 @@ for algorithm in token_bucket gcra sliding_window fixed_window; do
   printf '[[limits]]\nname = "%s"\nkey = ["header:x-api-key"]\nalgorithm = "%s"\nrates = [{ limit = 100, per = "1h" }]\n' \
     "$algorithm" "$algorithm" >> "$WORK/memory.toml"
 done
-RUST_LOG=warn setsid "$BIN" --config "$WORK/memory.toml" >"$WORK/memory-proxy.log" 2>&1 & PIDS+=($!)
+RUST_LOG=warn setsid "$BIN" --config "$WORK/memory.toml" >"$WORK/memory-proxy.log" 2>&1 & MEMORY_PID=$!; PIDS+=($MEMORY_PID)
 wait_port "$MEMORY_PORT"
+own_session "$MEMORY_PID"
 for i in $(seq 1000); do
   curl -s -o /dev/null -H "x-api-key: tenant-$i-0123456789abcdef" "http://127.0.0.1:$MEMORY_PORT/algorithms/x"
 done
