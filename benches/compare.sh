@@ -198,28 +198,29 @@ end
 LUA
 
 # run NAME URL PIDS... [-- wrk args]: one wrk run; prints "req/s p50 p99 cpu_us rss_kb
-# upstream_cpu_us idle_us steal_us": CPU per request of PIDS, of the echo upstream that
-# shares the cores, the machine's idle CPU time per request (cores no process had work for)
-# and its stolen time (cores the hypervisor ran another guest on: a disturbed round)
+# upstream_cpu_us idle_us steal_us user_us": CPU per request of PIDS, of the echo upstream that
+# shares the cores, the machine's idle CPU time per request (cores no process had work for),
+# its stolen time (cores the hypervisor ran another guest on: a disturbed round), and the
+# user-space part of PIDS' CPU per request
 run() {
   local name=$1 url=$2; shift 2
   local pids=() extra=()
   while [ $# -gt 0 ] && [ "$1" != "--" ]; do pids+=("$1"); shift; done
   [ $# -gt 0 ] && shift && extra=("$@")
   wrk -t1 -c"$CONNS" -d2s -H "x-api-key: bench" "${extra[@]}" "$url" >/dev/null
-  local before upstream_before idle_before steal_before; before=$(cpu_ticks "${pids[@]}"); upstream_before=$(cpu_ticks "$UPSTREAM_PID"); idle_before=$(idle_ticks); steal_before=$(steal_ticks)
+  local before user_before upstream_before idle_before steal_before; before=$(cpu_ticks "${pids[@]}"); user_before=$(user_ticks "${pids[@]}"); upstream_before=$(cpu_ticks "$UPSTREAM_PID"); idle_before=$(idle_ticks); steal_before=$(steal_ticks)
   wrk -t1 -c"$CONNS" -d"$DURATION" --latency -H "x-api-key: bench" "${extra[@]}" "$url" >"$WORK/$name.txt"
-  local after upstream_after idle_after steal_after; after=$(cpu_ticks "${pids[@]}"); upstream_after=$(cpu_ticks "$UPSTREAM_PID"); idle_after=$(idle_ticks); steal_after=$(steal_ticks)
+  local after user_after upstream_after idle_after steal_after; after=$(cpu_ticks "${pids[@]}"); user_after=$(user_ticks "${pids[@]}"); upstream_after=$(cpu_ticks "$UPSTREAM_PID"); idle_after=$(idle_ticks); steal_after=$(steal_ticks)
   local requests; requests=$(awk '/requests in/ {print $1}' "$WORK/$name.txt")
-  awk -v t=$((after - before)) -v u=$((upstream_after - upstream_before)) -v hz="$(getconf CLK_TCK)" \
+  awk -v t=$((after - before)) -v user=$((user_after - user_before)) -v u=$((upstream_after - upstream_before)) -v hz="$(getconf CLK_TCK)" \
     -v i=$((idle_after - idle_before)) -v s=$((steal_after - steal_before)) -v n="$requests" -v rss="$(peak_rss_kb "${pids[@]}")" '
     /Requests\/sec/ {rps=$2} $1=="50%" {p50=$2} $1=="99%" {p99=$2}
-    END { printf "%s %s %s %.1f %d %.1f %.1f %.1f\n", rps, p50, p99, t / hz * 1e6 / n, rss, u / hz * 1e6 / n, i / hz * 1e6 / n, s / hz * 1e6 / n }' "$WORK/$name.txt"
+    END { printf "%s %s %s %.1f %d %.1f %.1f %.1f %.1f\n", rps, p50, p99, t / hz * 1e6 / n, rss, u / hz * 1e6 / n, i / hz * 1e6 / n, s / hz * 1e6 / n, user / hz * 1e6 / n }' "$WORK/$name.txt"
 }
 
 echo "wrk -t1 -c$CONNS -d$DURATION, $ROUNDS alternating rounds, $(nproc) cores shared with wrk and the upstream, NGINX_FIELDS=${NGINX_FIELDS:-minimal}, ECHO_THREADS=${ECHO_THREADS:-default}, SESSIONS=$SESSIONS"
-printf '%-30s %10s %9s %9s %11s %10s %10s %6s %6s\n' scenario "req/s" p50 p99 "CPU µs/req" "RSS kB" "upstream" "idle" "steal"
-declare -A CPU RPS ROUND_CPU ROUND_RPS ROUND_STEAL
+printf '%-30s %10s %9s %9s %11s %6s %10s %10s %6s %6s\n' scenario "req/s" p50 p99 "CPU µs/req" "user" "RSS kB" "upstream" "idle" "steal"
+declare -A CPU USER RPS ROUND_CPU ROUND_RPS ROUND_STEAL
 for round in $(seq "$ROUNDS"); do
   for scenario in $SCENARIOS; do
     note=""
@@ -238,9 +239,10 @@ for round in $(seq "$ROUNDS"); do
       nginx-tls) line=$(run "$scenario-$round" "https://127.0.0.1:$NGINX_TLS_PORT/bench" $NGINX_PIDS); label="nginx https keep-alive" ;;
       g) line=$(run "$scenario-$round" "https://127.0.0.1:$TLS_PORT/bench" "$A_PID"); label="(g) ours, https keep-alive" ;;
     esac
-    read -r rps p50 p99 cpu rss upstream idle steal <<<"$line"
-    printf '%-30s %10s %9s %9s %11s %10s %10s %6s %6s   (round %s) %s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$rss" "$upstream" "$idle" "$steal" "$round" "$note"
+    read -r rps p50 p99 cpu rss upstream idle steal user <<<"$line"
+    printf '%-30s %10s %9s %9s %11s %6s %10s %10s %6s %6s   (round %s) %s\n' "$label" "$rps" "$p50" "$p99" "$cpu" "$user" "$rss" "$upstream" "$idle" "$steal" "$round" "$note"
     CPU[$scenario]=$(awk -v a="${CPU[$scenario]:-0}" -v b="$cpu" 'BEGIN{print a + b}')
+    USER[$scenario]=$(awk -v a="${USER[$scenario]:-0}" -v b="$user" 'BEGIN{print a + b}')
     ROUND_CPU[$scenario,$round]=$cpu; ROUND_RPS[$scenario,$round]=$rps; ROUND_STEAL[$scenario,$round]=$steal
     RPS[$scenario]=$(awk -v a="${RPS[$scenario]:-0}" -v b="$rps" 'BEGIN{print a + b}')
   done
@@ -282,6 +284,24 @@ ratio "(c) edge + 2 limits" c nginx
 ratio "(d) 2 Redis limits vs nginx (a)" d nginx
 ratio "(e) flood vs nginx flood" e nginx-flood
 ratio "(g) https keep-alive" g nginx-tls
+# Where a difference lies: the user-space part of CPU per request (what the code does) and the
+# kernel's (system calls and the loopback network stack, which cost nginx about the same).
+echo
+echo "user-space and kernel CPU µs per request over all rounds: ours vs nginx (ours / nginx)"
+split() { # LABEL OURS THEIRS; nothing when either was not run
+  [ -n "${CPU[$2]:-}" ] && [ -n "${CPU[$3]:-}" ] || return 0
+  awk -v s="$1" -v oc="${CPU[$2]}" -v nc="${CPU[$3]}" -v ou="${USER[$2]}" -v nu="${USER[$3]}" -v r="$ROUNDS" '
+    function times(a, b) { return b > 0 ? sprintf("%.2f×", a / b) : "n/a" }
+    BEGIN {
+      printf "%-34s user %5.1f vs %5.1f (%s)   kernel %5.1f vs %5.1f (%s)\n", s, ou / r, nu / r, times(ou, nu),
+        (oc - ou) / r, (nc - nu) / r, times(oc - ou, nc - nu) }'
+}
+split "(a) proxy only" a nginx
+split "(b) edge layer" b nginx
+split "(c) edge + 2 limits" c nginx
+split "(d) 2 Redis limits vs nginx (a)" d nginx
+split "(e) flood vs nginx flood" e nginx-flood
+split "(g) https keep-alive" g nginx-tls
 # A denied request's cost: the flood mixes 10% allowed (each like (c)) and 90% denied.
 if [ -n "${CPU[e]:-}" ] && [ -n "${CPU[c]:-}" ]; then
   awk -v e="${CPU[e]}" -v c="${CPU[c]}" -v rounds="$ROUNDS" 'BEGIN {
