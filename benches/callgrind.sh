@@ -22,6 +22,10 @@
 #   CONNS=50 SCENARIO=d benches/callgrind.sh  # N requests spread over 50 connections at once:
 #                                            # what a worker spends per request under concurrent
 #                                            # load (e.g. Redis calls merged), not one at a time
+#   CACHE=1 CONNS=50 SCENARIO=c benches/callgrind.sh   # also simulate this machine's caches
+#                                            # (L1i and L1d 32 KiB, L2 512 KiB a core, as the last
+#                                            # level) and print misses per request: code that does
+#                                            # not fit L1i is fetched again on every request
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-2000}
@@ -31,6 +35,7 @@ ROUTE=${ROUTE:-}
 STATUS=${STATUS:-200}
 OVERRIDE_BIN=${BIN:-}
 CONNS=${CONNS:-1}
+CACHE=${CACHE:-}
 
 source benches/common.sh
 ensure_tools valgrind
@@ -49,6 +54,9 @@ elif [ -n "$SCENARIO" ] && [ "$SCENARIO" != nginx ]; then
   if [ "$SCENARIO" = denial ]; then STATUS=429; fi
 fi
 
+VALGRIND=(valgrind --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$WORK/cg.out")
+[ -z "$CACHE" ] || VALGRIND+=(--cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=524288,8,64)
+
 UPSTREAM_PORT=$(free_port)
 PROXY_PORT=$(free_port)
 # The proxies' upstream (for SCENARIO=echo, the echo under valgrind below is measured instead).
@@ -58,8 +66,7 @@ fi
 printf '[server]\nlisten = ["127.0.0.1:%s"]\n%b\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n%b\n' \
   "$PROXY_PORT" "$EXTRA" "$UPSTREAM_PORT" "$ROUTE" > "$WORK/gw.toml"
 if [ "$SCENARIO" = echo ]; then
-  valgrind --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$WORK/cg.out" \
-    "$BIN" echo --listen "127.0.0.1:$PROXY_PORT" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
+  "${VALGRIND[@]}" "$BIN" echo --listen "127.0.0.1:$PROXY_PORT" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
 elif [ "$SCENARIO" = nginx ]; then
   ensure_tools nginx
   mkdir -p "$WORK/nginx"
@@ -81,11 +88,9 @@ http {
   }
 }
 CONF
-  valgrind --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$WORK/cg.out" \
-    nginx -c "$WORK/nginx.conf" -p "$WORK" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
+  "${VALGRIND[@]}" nginx -c "$WORK/nginx.conf" -p "$WORK" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
 else
-  RUST_LOG=warn valgrind --tool=callgrind --compress-strings=no --compress-pos=no --callgrind-out-file="$WORK/cg.out" \
-    "$BIN" --config "$WORK/gw.toml" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
+  RUST_LOG=warn "${VALGRIND[@]}" "$BIN" --config "$WORK/gw.toml" >/dev/null 2>"$WORK/valgrind.log" & PROXY_PID=$!; PIDS+=($PROXY_PID)
 fi
 for _ in $(seq 300); do (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null && break; sleep 0.1; done
 
@@ -121,3 +126,9 @@ instructions=$(awk '/^(summary|totals):/ {print $2; exit}' "$dump")
 cp "$dump" target/callgrind.out  # for `callgrind_annotate target/callgrind.out`
 [ "$SCENARIO" = nginx ] && BIN=nginx
 echo "$((instructions / N)) user-space instructions per request ($N requests, $(basename "$BIN")${SCENARIO:+, scenario $SCENARIO})"
+if [ -n "$CACHE" ]; then
+  awk -v n="$N" '/^events:/ { for (i = 2; i <= NF; i++) name[i] = $i }
+    /^(summary|totals):/ { for (i = 2; i <= NF; i++) v[name[i]] = $i; exit }
+    END { printf "per request: L1i misses %.0f, L1d misses %.0f (reads) + %.0f (writes), L2 misses %.1f (code) + %.1f + %.1f\n",
+      v["I1mr"] / n, v["D1mr"] / n, v["D1mw"] / n, v["ILmr"] / n, v["DLmr"] / n, v["DLmw"] / n }' "$dump"
+fi
