@@ -7,7 +7,8 @@
 #   benches/ab.sh /tmp/old-build/ratelimit-proxy d      # (d): two Redis limits (default)
 #   ROUNDS=7 DURATION=5s benches/ab.sh /tmp/old a       # (a) proxy only; c: 2 memory limits
 #
-# Prints, per round, each build's req/s and CPU µs per request (utime+stime from /proc), then
+# Prints, per round, each build's req/s and CPU µs per request (utime+stime from /proc; and
+# utime alone, the user-space part), then
 # the medians. Build B with e.g. `git worktree add /tmp/old <commit> && cd /tmp/old && cargo
 # build --release`.
 #
@@ -51,13 +52,14 @@ start() {
 start A "$BIN"; A_PORT=$PORT; A_PID=$PID
 start B "$OTHER"; B_PORT=$PORT; B_PID=$PID
 
-# measure PORT PID: "req/s cpu_us p50_ms p99_ms redis_us" of one run after a 2 s warm-up:
+# measure PORT PID: "req/s cpu_us p50_ms p99_ms redis_us user_us" of one run after a 2 s warm-up:
 # wrk's saturating load, or with RATE oha at that rate (latencies and redis_us "-" when not
-# measured).
+# measured); user_us is the user-space part of cpu_us.
 measure() {
   local url="http://127.0.0.1:$1/bench"
   wrk -t1 -c"$CONNS" -d2s -H "x-api-key: bench" "$url" >/dev/null
   local before; before=$(cpu_ticks "$2")
+  local user_before; user_before=$(user_ticks "$2")
   local redis_before=0; [ "$SCENARIO" = d ] && redis_before=$(cpu_ticks "$REDIS_PID")
   if [ -z "$RATE" ]; then
     wrk -t1 -c"$CONNS" -d"$DURATION" -H "x-api-key: bench" "$url" >"$WORK/run.txt"
@@ -66,11 +68,12 @@ measure() {
     oha_at_rate "$RATE" "$DURATION" "$CONNS" "$url" >"$WORK/run.fields"
   fi
   local after; after=$(cpu_ticks "$2")
+  local user_after; user_after=$(user_ticks "$2")
   local redis_ticks=-1; [ "$SCENARIO" = d ] && redis_ticks=$(( $(cpu_ticks "$REDIS_PID") - redis_before ))
-  awk -v t=$((after - before)) -v r="$redis_ticks" -v hz="$(getconf CLK_TCK)" '
+  awk -v t=$((after - before)) -v u=$((user_after - user_before)) -v r="$redis_ticks" -v hz="$(getconf CLK_TCK)" '
     { n = $1; rps = $2; p50 = $3; p99 = $4 }
     END { if (n == 0) exit 1
-          printf "%.0f %.1f %s %s %s\n", rps, t / hz * 1e6 / n, p50, p99, (r < 0) ? "-" : sprintf("%.1f", r / hz * 1e6 / n) }' "$WORK/run.fields"
+          printf "%.0f %.1f %s %s %s %.1f\n", rps, t / hz * 1e6 / n, p50, p99, (r < 0) ? "-" : sprintf("%.1f", r / hz * 1e6 / n), u / hz * 1e6 / n }' "$WORK/run.fields"
 }
 
 if [ -z "$RATE" ]; then
@@ -79,17 +82,19 @@ else
   echo "scenario ($SCENARIO), oha -q$RATE -c$CONNS -z$DURATION (latency-corrected), $ROUNDS rounds, workers = $WORKERS"
 fi
 echo "A = $BIN (this tree), B = $OTHER"
-echo "columns: req/s, proxy CPU µs/req, p50 ms, p99 ms, redis-server CPU µs/req"
-A_CPU=(); B_CPU=(); A_P99=(); B_P99=()
+echo "columns: req/s, proxy CPU µs/req, its user-space part, p50 ms, p99 ms, redis-server CPU µs/req"
+A_CPU=(); B_CPU=(); A_USER=(); B_USER=(); A_P99=(); B_P99=()
 for round in $(seq "$ROUNDS"); do
-  read -r b_rps b_cpu b_p50 b_p99 b_redis < <(measure "$B_PORT" "$B_PID")
-  read -r a_rps a_cpu a_p50 a_p99 a_redis < <(measure "$A_PORT" "$A_PID")
-  printf 'round %d: A %6s %6s %6s %6s %6s   B %6s %6s %6s %6s %6s\n' "$round" \
-    "$a_rps" "$a_cpu" "$a_p50" "$a_p99" "$a_redis" "$b_rps" "$b_cpu" "$b_p50" "$b_p99" "$b_redis"
-  A_CPU+=("$a_cpu"); B_CPU+=("$b_cpu"); A_P99+=("$a_p99"); B_P99+=("$b_p99")
+  read -r b_rps b_cpu b_p50 b_p99 b_redis b_user < <(measure "$B_PORT" "$B_PID")
+  read -r a_rps a_cpu a_p50 a_p99 a_redis a_user < <(measure "$A_PORT" "$A_PID")
+  printf 'round %d: A %6s %6s %5s %6s %6s %6s   B %6s %6s %5s %6s %6s %6s\n' "$round" \
+    "$a_rps" "$a_cpu" "$a_user" "$a_p50" "$a_p99" "$a_redis" "$b_rps" "$b_cpu" "$b_user" "$b_p50" "$b_p99" "$b_redis"
+  A_CPU+=("$a_cpu"); B_CPU+=("$b_cpu"); A_USER+=("$a_user"); B_USER+=("$b_user"); A_P99+=("$a_p99"); B_P99+=("$b_p99")
 done
 a=$(median "${A_CPU[@]}"); b=$(median "${B_CPU[@]}")
 echo "median CPU µs/req: A $a, B $b (A/B $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}'))"
+a=$(median "${A_USER[@]}"); b=$(median "${B_USER[@]}")
+echo "median user-space CPU µs/req: A $a, B $b (A/B $(awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "n/a" }'))"
 if [ -n "$RATE" ]; then
   echo "median p99 ms: A $(median "${A_P99[@]}"), B $(median "${B_P99[@]}")"
 fi
