@@ -8,9 +8,8 @@
 #   ROUNDS=7 DURATION=5s benches/ab.sh /tmp/old a       # (a) proxy only; c: 2 memory limits
 #
 # Prints, per round, each build's req/s and CPU µs per request (utime+stime from /proc; and
-# utime alone, the user-space part), then
-# the medians. Build B with e.g. `git worktree add /tmp/old <commit> && cd /tmp/old && cargo
-# build --release`.
+# utime alone, the user-space part), then the medians. Build B with e.g. `git worktree add
+# /tmp/old <commit> && cd /tmp/old && cargo build --release`.
 #
 #   RATE=5000 benches/ab.sh /tmp/old d   # oha at a fixed 5000 req/s instead of wrk's saturating
 #                                         # load: also p50 and p99 (ms, latency-corrected), and
