@@ -33,13 +33,11 @@ SCENARIO=${SCENARIO:-}
 EXTRA=${EXTRA:-}
 ROUTE=${ROUTE:-}
 STATUS=${STATUS:-200}
-OVERRIDE_BIN=${BIN:-}
 CONNS=${CONNS:-1}
 CACHE=${CACHE:-}
 
 source benches/common.sh
 ensure_tools valgrind
-BIN=${OVERRIDE_BIN:-$BIN}
 
 # Fields each request carries besides x-api-key, as "name: value" lines.
 FIELDS=""
