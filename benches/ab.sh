@@ -40,8 +40,7 @@ esac
 # start NAME BINARY: a proxy with the scenario's config; sets PORT and PID.
 start() {
   PORT=$(free_port)
-  printf '[server]\nlisten = ["127.0.0.1:%s"]\nworkers = %s\n%s\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n%s\n' \
-    "$PORT" "$WORKERS" "$STORE" "$UPSTREAM_PORT" "$ROUTE" > "$WORK/$1.toml"
+  proxy_toml "$PORT" "$STORE" "$ROUTE" > "$WORK/$1.toml"
   # In a session of its own, as compare.sh starts ours (own_session in common.sh).
   RUST_LOG=warn setsid "$2" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 &
   PID=$!; PIDS+=($PID)

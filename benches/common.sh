@@ -75,6 +75,14 @@ bench_certificate() {
     -keyout "$WORK/bench.key" -out "$WORK/bench.pem" 2>/dev/null
 }
 
+# proxy_toml PORT TABLES ROUTE: a proxy's config: one listener on 127.0.0.1:PORT, WORKERS
+# workers (default 1), the [server]-level TABLES, the echo upstream on UPSTREAM_PORT, and one
+# route to it, "default", with ROUTE's keys (then any tables ROUTE adds).
+proxy_toml() {
+  printf '[server]\nlisten = ["127.0.0.1:%s"]\nworkers = %s\n%s\n[[upstreams]]\nname = "echo"\nservers = ["http://127.0.0.1:%s"]\n[[routes]]\nname = "default"\nupstream = "echo"\n%s\n' \
+    "$1" "${WORKERS:-1}" "$2" "$UPSTREAM_PORT" "$3"
+}
+
 # A redis-server of the script's own on a free port: sets REDIS_PORT and REDIS_PID.
 start_redis() {
   REDIS_PORT=$(free_port)

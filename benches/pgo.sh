@@ -55,22 +55,10 @@ wait_port "$UPSTREAM_PORT"
 # loaded by wrk for TRAIN, then stopped so that it writes its counts.
 train() {
   local port tls_port; port=$(free_port); tls_port=$(free_port)
-  cat > "$WORK/$1.toml" <<TOML
-[server]
-listen = ["127.0.0.1:$port"]
-workers = 1
-[[server.tls]]
-listen = "127.0.0.1:$tls_port"
-certs = [{ cert = "bench.pem", key = "bench.key" }]
-$3
-[[upstreams]]
-name = "echo"
-servers = ["http://127.0.0.1:$UPSTREAM_PORT"]
-[[routes]]
-name = "default"
-upstream = "echo"
-$4
-TOML
+  local tls="[[server.tls]]
+listen = \"127.0.0.1:$tls_port\"
+certs = [{ cert = \"bench.pem\", key = \"bench.key\" }]"
+  WORKERS=1 proxy_toml "$port" "$tls"$'\n'"$3" "$4" > "$WORK/$1.toml"
   RUST_LOG=warn "$BIN" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 & PIDS+=($!)
   local pid=$!
   wait_port "$port"
