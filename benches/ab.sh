@@ -6,6 +6,8 @@
 #
 #   benches/ab.sh /tmp/old-build/ratelimit-proxy d      # (d): two Redis limits (default)
 #   ROUNDS=7 DURATION=5s benches/ab.sh /tmp/old a       # (a) proxy only; c: 2 memory limits
+#   BIN=target/pgo/ratelimit-proxy benches/ab.sh target/release/ratelimit-proxy c
+#                                                       # A is BIN instead of this tree's build
 #
 # Prints, per round, each build's req/s and CPU µs per request (utime+stime from /proc; and
 # utime alone, the user-space part), then the medians. Build B with e.g. `git worktree add
@@ -79,7 +81,7 @@ if [ -z "$RATE" ]; then
 else
   echo "scenario ($SCENARIO), oha -q$RATE -c$CONNS -z$DURATION (latency-corrected), $ROUNDS rounds, workers = $WORKERS"
 fi
-echo "A = $BIN (this tree), B = $OTHER"
+echo "A = $BIN, B = $OTHER"
 echo "columns: req/s, proxy CPU µs/req, its user-space part, p50 ms, p99 ms, redis-server CPU µs/req"
 A_CPU=(); B_CPU=(); A_USER=(); B_USER=(); A_P99=(); B_P99=()
 for round in $(seq "$ROUNDS"); do
