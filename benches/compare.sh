@@ -288,7 +288,7 @@ ratio "(g) https keep-alive" g nginx-tls
 # kernel's (system calls and the loopback network stack, which cost nginx about the same).
 echo
 echo "user-space and kernel CPU µs per request over all rounds: ours vs nginx (ours / nginx)"
-split() { # LABEL OURS THEIRS; nothing when either was not run
+user_kernel() { # LABEL OURS THEIRS; nothing when either was not run
   [ -n "${CPU[$2]:-}" ] && [ -n "${CPU[$3]:-}" ] || return 0
   awk -v s="$1" -v oc="${CPU[$2]}" -v nc="${CPU[$3]}" -v ou="${USER[$2]}" -v nu="${USER[$3]}" -v r="$ROUNDS" '
     function times(a, b) { return b > 0 ? sprintf("%.2f×", a / b) : "n/a" }
@@ -296,12 +296,12 @@ split() { # LABEL OURS THEIRS; nothing when either was not run
       printf "%-34s user %5.1f vs %5.1f (%s)   kernel %5.1f vs %5.1f (%s)\n", s, ou / r, nu / r, times(ou, nu),
         (oc - ou) / r, (nc - nu) / r, times(oc - ou, nc - nu) }'
 }
-split "(a) proxy only" a nginx
-split "(b) edge layer" b nginx
-split "(c) edge + 2 limits" c nginx
-split "(d) 2 Redis limits vs nginx (a)" d nginx
-split "(e) flood vs nginx flood" e nginx-flood
-split "(g) https keep-alive" g nginx-tls
+user_kernel "(a) proxy only" a nginx
+user_kernel "(b) edge layer" b nginx
+user_kernel "(c) edge + 2 limits" c nginx
+user_kernel "(d) 2 Redis limits vs nginx (a)" d nginx
+user_kernel "(e) flood vs nginx flood" e nginx-flood
+user_kernel "(g) https keep-alive" g nginx-tls
 # A denied request's cost: the flood mixes 10% allowed (each like (c)) and 90% denied.
 if [ -n "${CPU[e]:-}" ] && [ -n "${CPU[c]:-}" ]; then
   awk -v e="${CPU[e]}" -v c="${CPU[c]}" -v rounds="$ROUNDS" 'BEGIN {
