@@ -47,7 +47,6 @@ export LLVM_PROFILE_FILE="$PROFILES/%p.profraw"
 
 UPSTREAM_PORT=$(free_port)
 "$BIN" echo --listen "127.0.0.1:$UPSTREAM_PORT" >/dev/null 2>&1 & PIDS+=($!); ECHO_PID=$!
-start_redis
 bench_certificate
 wait_port "$UPSTREAM_PORT"
 
@@ -68,11 +67,10 @@ certs = [{ cert = \"bench.pem\", key = \"bench.key\" }]"
   wait "$pid" || { echo "the $1 proxy did not exit cleanly: $(tail -3 "$WORK/$1.log")" >&2; exit 1; }
 }
 echo "== training (wrk -t1 -c50 -d$TRAIN each)"
-for scenario in a c denial; do
-  scenario_config "$scenario"
+for scenario in a c denial d; do
+  scenario_config "$scenario"  # d starts a redis-server of its own
   train "$scenario" http "$SCENARIO_TABLES" "$SCENARIO_ROUTE"
 done
-train d http "$EDGE"$'\n'"$(redis_store "$REDIS_PORT")" "$TWO_LIMITS"
 scenario_config a
 train g https "$SCENARIO_TABLES" "$SCENARIO_ROUTE"
 kill -TERM "$ECHO_PID"
