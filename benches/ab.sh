@@ -91,10 +91,13 @@ for round in $(seq "$ROUNDS"); do
     "$a_rps" "$a_cpu" "$a_user" "$a_p50" "$a_p99" "$a_redis" "$b_rps" "$b_cpu" "$b_user" "$b_p50" "$b_p99" "$b_redis"
   A_CPU+=("$a_cpu"); B_CPU+=("$b_cpu"); A_USER+=("$a_user"); B_USER+=("$b_user"); A_P99+=("$a_p99"); B_P99+=("$b_p99")
 done
-a=$(median "${A_CPU[@]}"); b=$(median "${B_CPU[@]}")
-echo "median CPU µs/req: A $a, B $b (A/B $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.2f", a / b}'))"
-a=$(median "${A_USER[@]}"); b=$(median "${B_USER[@]}")
-echo "median user-space CPU µs/req: A $a, B $b (A/B $(awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "n/a" }'))"
+# medians LABEL A B: A's and B's medians (each a space-separated list) and their ratio.
+medians() {
+  local a b; a=$(median $2); b=$(median $3)  # unquoted: the lists split into their numbers
+  echo "median $1: A $a, B $b (A/B $(awk -v a="$a" -v b="$b" 'BEGIN { if (b > 0) printf "%.2f", a / b; else printf "n/a" }'))"
+}
+medians "CPU µs/req" "${A_CPU[*]}" "${B_CPU[*]}"
+medians "user-space CPU µs/req" "${A_USER[*]}" "${B_USER[*]}"
 if [ -n "$RATE" ]; then
   echo "median p99 ms: A $(median "${A_P99[@]}"), B $(median "${B_P99[@]}")"
 fi

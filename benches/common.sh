@@ -47,10 +47,16 @@ median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; echo "port $1 never opened" >&2; exit 1; }
 # CPU ticks (utime+stime) of the given processes together, e.g. nginx's master and worker.
-cpu_ticks() { local total=0; for p in "$@"; do total=$((total + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $total; }
+cpu_ticks() { stat_ticks '$14 + $15' "$@"; }
 # The user-space part of those ticks (utime): the rest is the kernel's, system calls and the
 # network stack they run (on loopback also the peer's receive path).
-user_ticks() { local total=0; for p in "$@"; do total=$((total + $(awk '{print $14}' "/proc/$p/stat"))); done; echo $total; }
+user_ticks() { stat_ticks '$14' "$@"; }
+# stat_ticks AWK_EXPR PID...: AWK_EXPR of /proc/PID/stat's fields, summed over the processes.
+stat_ticks() {
+  local expr=$1 total=0; shift
+  for p in "$@"; do total=$((total + $(awk "{print $expr}" "/proc/$p/stat"))); done
+  echo $total
+}
 # Idle (and I/O wait) ticks of the whole machine, in USER_HZ.
 idle_ticks() { awk '/^cpu / {print $5 + $6}' /proc/stat; }
 # CPU time the hypervisor gave other guests while this one had work (a noisy neighbour).
