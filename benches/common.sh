@@ -2,15 +2,20 @@
 # a scratch directory and background processes cleaned up on exit, and /proc readings.
 # Everything stays on 127.0.0.1.
 
-# ensure_tools TOOL...: installs each missing tool from apt.
+# ensure_tools TOOL[:PACKAGE]...: installs each missing tool from apt (from PACKAGE when its
+# package is named otherwise, e.g. h2load:nghttp2-client).
 ensure_tools() {
-  for tool in "$@"; do
+  for spec in "$@"; do
+    local tool=${spec%%:*} package=${spec#*:}
     if ! command -v "$tool" >/dev/null; then
-      echo "installing $tool (apt)" >&2
-      (apt-get update -qq && apt-get install -y -qq "$tool") >/dev/null
+      echo "installing $tool (apt: $package)" >&2
+      (apt-get update -qq && apt-get install -y -qq "$package") >/dev/null
     fi
   done
 }
+# The scripts find free ports and read oha's JSON with it; a slim image (the Dockerfile's build
+# stage) has none.
+ensure_tools python3
 
 # The binary under test: this tree's release build, or BIN when given (e.g. the profile-guided
 # build of benches/pgo.sh, target/pgo/ratelimit-proxy), which is then used as it is.

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # A profile-guided release build (PGO): builds ratelimit-proxy instrumented, runs it under
-# compare.sh's loads on loopback (the echo upstream; (a) proxy only, (c) edge + two memory
-# limits, a limit that denies, (d) the two limits in a redis-server of its own, (g) HTTPS
-# keep-alive; wrk -c50 for a few seconds each), and builds it again with the counts, so that
-# LLVM lays out and inlines the request path by what ran. Writes target/pgo/ratelimit-proxy.
+# loads on loopback (the echo upstream; (a) proxy only, (c) edge + two memory limits with GETs
+# and JSON POSTs, a limit that denies, (d) the two limits in a redis-server of its own, (g)
+# HTTPS keep-alive over HTTP/1.1 and HTTP/2; wrk -c50 or h2load for a few seconds each), and
+# builds it again with the counts, so that LLVM lays out and inlines the request path by what
+# ran. Writes target/pgo/ratelimit-proxy. The Dockerfile ships this build.
 #
 #   benches/pgo.sh                                   # ~15 min on 2 cores: two full builds
 #   BIN=target/pgo/ratelimit-proxy benches/compare.sh   # compare it with nginx (or ab.sh,
 #                                                       # callgrind.sh, load.sh the same way)
 #   TRAIN=10s benches/pgo.sh                         # longer training runs (default 4s)
 #
-# Code the training does not run (HTTP/2, upgrades, the admin API, config loading) is built as
-# cold: smaller, and slower than in the plain release build. The plain `cargo build --release`
-# (and the Dockerfile) stay as they are. Needs the llvm-tools component (added with rustup
-# when missing), wrk and redis-server (from apt when missing), openssl.
+# Code the training does not run (upgrades, the admin API, config loading, error paths) is
+# built as cold: smaller, and slower than in the plain release build. Needs the llvm-tools
+# component (added with rustup when missing); wrk, redis-server, openssl, h2load and python3
+# (from apt when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TRAIN=${TRAIN:-4s}
@@ -40,7 +41,7 @@ RUSTFLAGS="-Cprofile-generate=$PWD/$OUT/build-scripts" CARGO_TARGET_DIR=$OUT/gen
   cargo build --release --locked --quiet
 BIN=$OUT/gen/release/ratelimit-proxy
 source benches/common.sh
-ensure_tools wrk redis-server openssl
+ensure_tools wrk redis-server openssl h2load:nghttp2-client
 # Every training process writes its own counts here (a process killed by a signal it does not
 # handle writes none: the proxy and the echo stop on SIGTERM and exit).
 export LLVM_PROFILE_FILE="$PROFILES/%p.profraw"
@@ -50,29 +51,52 @@ UPSTREAM_PORT=$(free_port)
 bench_certificate
 wait_port "$UPSTREAM_PORT"
 
-# train NAME SCHEME TABLES ROUTE: one proxy with these [server]-level tables and route keys,
-# loaded by wrk for TRAIN, then stopped so that it writes its counts.
+# The loads, each for TRAIN against one proxy's plain PORT and TLS port TLS_PORT, printing
+# one line of its rate. GETs carry the key the limits use; the POSTs a small JSON body.
+cat > "$WORK/post.lua" <<'LUA'
+wrk.method = "POST"
+wrk.body = '{"order": 1234, "items": ["a", "b", "c"]}'
+wrk.headers["Content-Type"] = "application/json"
+LUA
+wrk_load() { # URL [wrk options]
+  local url=$1; shift
+  wrk -t1 -c50 -d"$TRAIN" -H "x-api-key: bench" "$@" "$url" |
+    awk '/Requests\/sec/ && $2 > 0 {rate = $2} END {if (!rate) exit 1; print rate " req/s"}'
+}
+get() { wrk_load "http://127.0.0.1:$1/bench"; }
+post() { wrk_load "http://127.0.0.1:$1/orders" -s "$WORK/post.lua"; }
+https_get() { wrk_load "https://127.0.0.1:$2/bench"; }
+h2_get() { # HTTP/2 over TLS (ALPN), 10 connections of 10 streams; h2load checks no certificate
+  h2load -D "${TRAIN%s}" -c10 -m10 -H "x-api-key: bench" "https://127.0.0.1:$2/bench" |
+    awk '/^finished in/ {print $4, "req/s"} /^requests:/ && $10 + $12 > 0 {print "h2load: " $0 > "/dev/stderr"; exit 1}'
+}
+
+# train NAME TABLES ROUTE LOAD...: one proxy with these [server]-level tables and route keys,
+# each LOAD in turn, then stopped so that it writes its counts.
 train() {
-  local port tls_port; port=$(free_port); tls_port=$(free_port)
+  local name=$1 tables=$2 route=$3 port tls_port; shift 3
+  port=$(free_port); tls_port=$(free_port)
   local tls="[[server.tls]]
 listen = \"127.0.0.1:$tls_port\"
 certs = [{ cert = \"bench.pem\", key = \"bench.key\" }]"
-  WORKERS=1 proxy_toml "$port" "$tls"$'\n'"$3" "$4" > "$WORK/$1.toml"
-  RUST_LOG=warn "$BIN" --config "$WORK/$1.toml" >"$WORK/$1.log" 2>&1 & PIDS+=($!)
+  WORKERS=1 proxy_toml "$port" "$tls"$'\n'"$tables" "$route" > "$WORK/$name.toml"
+  RUST_LOG=warn "$BIN" --config "$WORK/$name.toml" >"$WORK/$name.log" 2>&1 & PIDS+=($!)
   local pid=$!
   wait_port "$port"
-  [ "$2" = https ] && port=$tls_port
-  wrk -t1 -c50 -d"$TRAIN" -H "x-api-key: bench" "$2://127.0.0.1:$port/bench" | awk -v n="$1" '/Requests\/sec/ {print "   " n ": " $2 " req/s"}'
+  for load in "$@"; do
+    local rate
+    rate=$("$load" "$port" "$tls_port") || { echo "the $name proxy's $load load failed" >&2; exit 1; }
+    echo "   $name, $load: $rate"
+  done
   kill -TERM "$pid"
-  wait "$pid" || { echo "the $1 proxy did not exit cleanly: $(tail -3 "$WORK/$1.log")" >&2; exit 1; }
+  wait "$pid" || { echo "the $name proxy did not exit cleanly: $(tail -3 "$WORK/$name.log")" >&2; exit 1; }
 }
-echo "== training (wrk -t1 -c50 -d$TRAIN each)"
-for scenario in a c denial d; do
-  scenario_config "$scenario"  # d starts a redis-server of its own
-  train "$scenario" http "$SCENARIO_TABLES" "$SCENARIO_ROUTE"
-done
-scenario_config a
-train g https "$SCENARIO_TABLES" "$SCENARIO_ROUTE"
+echo "== training (wrk -t1 -c50, h2load -c10 -m10; $TRAIN each)"
+scenario_config a; train a "$SCENARIO_TABLES" "$SCENARIO_ROUTE" get
+scenario_config c; train c "$SCENARIO_TABLES" "$SCENARIO_ROUTE" get post
+scenario_config denial; train denial "$SCENARIO_TABLES" "$SCENARIO_ROUTE" get
+scenario_config d; train d "$SCENARIO_TABLES" "$SCENARIO_ROUTE" get  # a redis-server of its own
+scenario_config a; train g "$SCENARIO_TABLES" "$SCENARIO_ROUTE" https_get h2_get
 kill -TERM "$ECHO_PID"
 wait "$ECHO_PID" || true
 ls "$PROFILES"/*.profraw >/dev/null 2>&1 || { echo "no profile was written to $PROFILES" >&2; exit 1; }
