@@ -1,9 +1,9 @@
 # Build stage: a profile-guided release build with the committed Cargo.lock. benches/pgo.sh
 # builds the proxy instrumented, runs it for a few seconds under each of its loads on loopback
 # (HTTP/1.1 and HTTP/2, plain and TLS, memory and Redis limits, denials), and builds it again
-# laid out by what ran: 12-18% less CPU a proxied request than the plain release build
-# (docs/PERFORMANCE.md). ~15 min on 2 cores. `--build-arg PGO=0` builds the plain release
-# binary instead (~5 min).
+# laid out by what ran: 17-21% fewer instructions and ~25% less user-space CPU a proxied
+# request than the plain release build (docs/PERFORMANCE.md). ~15 min on 2 cores.
+# `--build-arg PGO=0` builds the plain release binary instead (~5 min).
 FROM rust:1-slim-bookworm AS build
 ARG PGO=1
 RUN case "$PGO" in \
