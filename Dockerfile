@@ -29,7 +29,9 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ratelimit
 COPY --from=build /ratelimit-proxy /usr/local/bin/ratelimit-proxy
+# The example config names its plans file, next to it.
 COPY config.example.toml /etc/ratelimit-proxy/gw.toml
+COPY plans.example.toml /etc/ratelimit-proxy/plans.example.toml
 USER 10001
 EXPOSE 8080
 ENTRYPOINT ["ratelimit-proxy"]
