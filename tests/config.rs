@@ -1,21 +1,12 @@
 //! The config contract through the real binary and the library: the example passes `check`,
 //! and each kind of mistake is reported with the file and its key path.
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
+use common::check_config as check;
 use ratelimit_proxy::config::parse_str;
-
-fn check(path: &Path) -> (bool, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_ratelimit-proxy"))
-        .args(["check", "--config"])
-        .arg(path)
-        .output()
-        .expect("run ratelimit-proxy check");
-    let text = String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr);
-    (output.status.success(), text)
-}
 
 fn write_config(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("rlp-config-test-{}", std::process::id()));

@@ -339,3 +339,16 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
     }
     condition()
 }
+
+/// `ratelimit-proxy check --config PATH` run as the real binary: whether it passed, and what it
+/// printed (stdout then stderr).
+pub fn check_config(path: &std::path::Path) -> (bool, String) {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-proxy"))
+        .args(["check", "--config"])
+        .arg(path)
+        .output()
+        .expect("run ratelimit-proxy check");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    (output.status.success(), text)
+}
