@@ -52,20 +52,27 @@ bench_certificate
 wait_port "$UPSTREAM_PORT"
 
 # The loads, each for TRAIN against one proxy's plain PORT and TLS port TLS_PORT, printing
-# one line of its rate. GETs carry the key the limits use; the POSTs a small JSON body.
+# one line of its rate. GETs carry the key the limits use; the POSTs a small JSON body. A load
+# whose answers are not what it trains (errors where 2xx was meant, or no denials) fails the
+# build rather than profile the wrong path.
 cat > "$WORK/post.lua" <<'LUA'
 wrk.method = "POST"
 wrk.body = '{"order": 1234, "items": ["a", "b", "c"]}'
 wrk.headers["Content-Type"] = "application/json"
 LUA
-wrk_load() { # URL [wrk options]
-  local url=$1; shift
+wrk_load() { # ok|denied URL [wrk options]
+  local expect=$1 url=$2; shift 2
   wrk -t1 -c50 -d"$TRAIN" -H "x-api-key: bench" "$@" "$url" |
-    awk '/Requests\/sec/ && $2 > 0 {rate = $2} END {if (!rate) exit 1; print rate " req/s"}'
+    awk -v expect="$expect" '/Requests\/sec/ && $2 > 0 {rate = $2} /Non-2xx or 3xx responses/ {other = $NF}
+      END { if (!rate) exit 1
+            if (expect == "ok" && other) {print other " answers not 2xx" > "/dev/stderr"; exit 1}
+            if (expect == "denied" && !other) {print "no request denied" > "/dev/stderr"; exit 1}
+            print rate " req/s" }'
 }
-get() { wrk_load "http://127.0.0.1:$1/bench"; }
-post() { wrk_load "http://127.0.0.1:$1/orders" -s "$WORK/post.lua"; }
-https_get() { wrk_load "https://127.0.0.1:$2/bench"; }
+get() { wrk_load ok "http://127.0.0.1:$1/bench"; }
+denied_get() { wrk_load denied "http://127.0.0.1:$1/bench"; }
+post() { wrk_load ok "http://127.0.0.1:$1/orders" -s "$WORK/post.lua"; }
+https_get() { wrk_load ok "https://127.0.0.1:$2/bench"; }
 h2_get() { # HTTP/2 over TLS (ALPN), 10 connections of 10 streams; h2load checks no certificate
   h2load -D "${TRAIN%s}" -c10 -m10 -H "x-api-key: bench" "https://127.0.0.1:$2/bench" |
     awk '/^finished in/ {print $4, "req/s"} /^requests:/ && $10 + $12 > 0 {print "h2load: " $0 > "/dev/stderr"; exit 1}'
@@ -94,7 +101,7 @@ certs = [{ cert = \"bench.pem\", key = \"bench.key\" }]"
 echo "== training (wrk -t1 -c50, h2load -c10 -m10; $TRAIN each)"
 scenario_config a; train a "$SCENARIO_TABLES" "$SCENARIO_ROUTE" get
 scenario_config c; train c "$SCENARIO_TABLES" "$SCENARIO_ROUTE" get post
-scenario_config denial; train denial "$SCENARIO_TABLES" "$SCENARIO_ROUTE" get
+scenario_config denial; train denial "$SCENARIO_TABLES" "$SCENARIO_ROUTE" denied_get
 scenario_config d; train d "$SCENARIO_TABLES" "$SCENARIO_ROUTE" get  # a redis-server of its own
 scenario_config a; train g "$SCENARIO_TABLES" "$SCENARIO_ROUTE" https_get h2_get
 kill -TERM "$ECHO_PID"
