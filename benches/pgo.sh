@@ -75,7 +75,10 @@ post() { wrk_load ok "http://127.0.0.1:$1/orders" -s "$WORK/post.lua"; }
 https_get() { wrk_load ok "https://127.0.0.1:$2/bench"; }
 h2_get() { # HTTP/2 over TLS (ALPN), 10 connections of 10 streams; h2load checks no certificate
   h2load -D "${TRAIN%s}" -c10 -m10 -H "x-api-key: bench" "https://127.0.0.1:$2/bench" |
-    awk '/^finished in/ {print $4, "req/s"} /^requests:/ && $10 + $12 > 0 {print "h2load: " $0 > "/dev/stderr"; exit 1}'
+    awk '/^finished in/ {rate = $4} /^requests:/ {failed = $10 + $12} /^status codes:/ {other = $5 + $7 + $9}
+      END { if (rate + 0 == 0 || failed || other) {
+              print "h2load: " rate + 0 " req/s, " failed + 0 " failed or errored, " other + 0 " not 2xx" > "/dev/stderr"; exit 1 }
+            print rate " req/s" }'
 }
 
 # train NAME TABLES ROUTE LOAD...: one proxy with these [server]-level tables and route keys,
