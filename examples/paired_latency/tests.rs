@@ -1,0 +1,212 @@
+//! The probe end to end against the real gateway and echo upstream on loopback, and its
+//! arithmetic on known samples.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, StatusCode, Uri};
+
+use crate::probe::{self, Endpoint, Plan, ProbeError, Sample, Samples};
+use crate::report::{Quantiles, Report, paired_differences};
+
+fn sample(tick: u64, micros: u64) -> Sample {
+    Sample {
+        tick,
+        latency: Duration::from_micros(micros),
+    }
+}
+
+#[test]
+fn quantiles_take_the_nearest_rank() {
+    let q = Quantiles::of((1..=200).rev().collect()).unwrap();
+    assert_eq!((q.n, q.p50, q.p99), (200, 100, 198));
+    let one = Quantiles::of(vec![7]).unwrap();
+    assert_eq!((one.p50, one.p99), (7, 7));
+    assert_eq!(Quantiles::of(Vec::new()), None);
+}
+
+#[test]
+fn pairs_join_on_the_instant_and_keep_their_sign() {
+    let samples = Samples {
+        target: (0..20).map(|tick| sample(tick, 100 + tick)).collect(),
+        // Tick 30 has no target request (a run cut short): it makes no pair.
+        direct: vec![sample(0, 90), sample(10, 150), sample(30, 1)],
+    };
+    assert_eq!(paired_differences(&samples), vec![10_000, -40_000]);
+}
+
+#[test]
+fn the_report_is_one_line_of_fields_the_scripts_read() {
+    let samples = Samples {
+        target: vec![sample(0, 1500), sample(1, 2500)],
+        direct: vec![sample(0, 1000)],
+    };
+    let line = Report::from_samples(&samples).to_string();
+    assert_eq!(
+        line,
+        "target_n=2 target_p50_ms=1.500 target_p99_ms=2.500 direct_n=1 direct_p50_ms=1.000 \
+         direct_p99_ms=1.000 added_p99_ms=1.500 paired_added_n=1 paired_added_p50_ms=0.500 \
+         paired_added_p99_ms=0.500"
+    );
+    let nothing = Samples {
+        target: Vec::new(),
+        direct: Vec::new(),
+    };
+    assert_eq!(
+        Report::from_samples(&nothing).to_string(),
+        "target_n=0 direct_n=0 paired_added_n=0"
+    );
+}
+
+fn endpoint(url: &str) -> Endpoint {
+    let key = (
+        HeaderName::from_static("x-api-key"),
+        HeaderValue::from_static("probe"),
+    );
+    Endpoint::new(&url.parse::<Uri>().unwrap(), &[key]).unwrap()
+}
+
+fn plan(target: &str, direct: &str, rate: u64, seconds: u64) -> Plan {
+    Plan {
+        target: endpoint(target),
+        direct: endpoint(direct),
+        rate,
+        warmup_ticks: rate / 4,
+        measured_ticks: rate * seconds,
+        connections: 8,
+        direct_every: 4,
+    }
+}
+
+/// The gateway on 127.0.0.1:0 in front of `upstream`, with `route` added to its one route.
+async fn gateway(upstream: SocketAddr, route: &str) -> SocketAddr {
+    let text = format!(
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n[store]\nhash_secret = \"test\"\n\
+         [[upstreams]]\nname = \"echo\"\nservers = [\"http://{upstream}\"]\n\
+         [[routes]]\nname = \"default\"\nupstream = \"echo\"\n{route}\n"
+    );
+    let config = ratelimit_proxy::config::parse_str(&text, "probe.toml").unwrap();
+    let gateway = ratelimit_proxy::Gateway::bind(config).await.unwrap();
+    let addr = gateway.local_addrs()[0];
+    tokio::spawn(gateway.serve(std::future::pending()));
+    addr
+}
+
+async fn echo() -> SocketAddr {
+    ratelimit_proxy::echo::spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_run_measures_every_scheduled_request_of_both_sides() {
+    let upstream = echo().await;
+    let proxy = gateway(upstream, "").await;
+    let plan = plan(
+        &format!("http://{proxy}/bench?x=1"),
+        &format!("http://{upstream}/bench?x=1"),
+        400,
+        1,
+    );
+    let started = tokio::time::Instant::now();
+    let samples = probe::run(&plan).await.unwrap();
+    // Nothing is sent before its instant: the last one falls at (ticks − 1) / rate.
+    assert!(started.elapsed() >= Duration::from_millis(1247));
+
+    let mut ticks: Vec<u64> = samples.target.iter().map(|s| s.tick).collect();
+    ticks.sort_unstable();
+    assert_eq!(ticks, (100..500).collect::<Vec<_>>());
+    let mut direct: Vec<u64> = samples.direct.iter().map(|s| s.tick).collect();
+    direct.sort_unstable();
+    assert_eq!(direct, (100..500).step_by(4).collect::<Vec<_>>());
+    assert_eq!(paired_differences(&samples).len(), 100);
+    assert!(samples.target.iter().all(|s| s.latency > Duration::ZERO));
+}
+
+/// A server whose every third answer on a connection says `Connection: close`, as nginx's
+/// does at `keepalive_requests`; hyper then closes the connection.
+async fn closing_server() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let answered = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+            let service = hyper::service::service_fn(move |_request| {
+                let n = answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let mut response =
+                    http::Response::new(http_body_util::Empty::<bytes::Bytes>::new());
+                if n.is_multiple_of(3) {
+                    response
+                        .headers_mut()
+                        .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                async move { Ok::<_, std::convert::Infallible>(response) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn connections_the_server_closes_are_opened_again() {
+    let server = closing_server().await;
+    let url = format!("http://{server}/");
+    let samples = probe::run(&plan(&url, &url, 200, 1)).await.unwrap();
+    // 8 target connections each sent 31 or 32 requests, so each was closed ten times.
+    assert_eq!(samples.target.len(), 200);
+    assert_eq!(samples.direct.len(), 50);
+}
+
+#[tokio::test]
+async fn an_answer_not_2xx_fails_the_run_naming_it() {
+    let upstream = echo().await;
+    let denying = "limits = [\"one\"]\n[[limits]]\nname = \"one\"\nkey = [\"header:x-api-key\"]\n\
+                   rates = [{ limit = 1, per = \"1h\" }]";
+    let proxy = gateway(upstream, denying).await;
+    let plan = plan(
+        &format!("http://{proxy}/"),
+        &format!("http://{upstream}/"),
+        200,
+        1,
+    );
+    match probe::run(&plan).await {
+        Err(ProbeError::Status { url, status }) => {
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+            assert_eq!(url.port_u16(), Some(proxy.port()));
+        }
+        Err(other) => panic!("expected a status error, got {other}"),
+        Ok(_) => panic!("a run of 429s passed"),
+    }
+}
+
+#[tokio::test]
+async fn a_side_that_does_not_listen_fails_before_the_clock_starts() {
+    let upstream = echo().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let plan = plan(
+        &format!("http://{upstream}/"),
+        &format!("http://127.0.0.1:{port}/"),
+        200,
+        1,
+    );
+    let error = probe::run(&plan).await.err().expect("a run without DIRECT");
+    assert!(matches!(error, ProbeError::Connect { .. }), "{error}");
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("cannot connect to http://127.0.0.1:{port}/")),
+        "{error}"
+    );
+}
+
+#[test]
+fn urls_other_than_http_are_refused() {
+    for url in ["https://127.0.0.1:1/", "/bench"] {
+        let error = Endpoint::new(&url.parse::<Uri>().unwrap(), &[]).err();
+        assert!(error.is_some_and(|e| e.contains("expected")), "{url}");
+    }
+}
