@@ -47,6 +47,37 @@ n = sum(d["statusCodeDistribution"].values())
 print(n, d["summary"]["requestsPerSec"], "%.3f %.3f" % (p["p50"] * 1000, p["p99"] * 1000))'
 }
 
+# ensure_probe: the paired latency probe (examples/paired_latency), built for release unless
+# PROBE names one.
+ensure_probe() {
+  if [ -z "${PROBE:-}" ]; then
+    cargo build --release --locked --quiet --example paired_latency
+    PROBE=target/release/examples/paired_latency
+  fi
+  [ -x "$PROBE" ] || { echo "PROBE is \"$PROBE\": expected an executable paired_latency" >&2; exit 1; }
+}
+
+# seconds DURATION: wrk's and oha's duration ("8s", "2m", "8") in whole seconds.
+seconds() {
+  case $1 in
+    *[0-9]s) echo "${1%s}" ;;
+    *[0-9]m) echo $(( ${1%m} * 60 )) ;;
+    *[0-9]) echo "$1" ;;
+    *) echo "duration \"$1\": expected seconds or minutes, e.g. 8s or 2m" >&2; exit 1 ;;
+  esac
+}
+
+# paired_at_rate RATE DURATION CONNS URL DIRECT_URL: one run of the paired probe at a fixed
+# rate (with the load's `x-api-key`), one request in ten paired with DIRECT_URL at the same
+# instant; prints "p50_ms p99_ms direct_p99_ms added_p99_ms paired_p50_ms paired_p99_ms".
+paired_at_rate() {
+  local line; line=$("$PROBE" --rate "$1" --seconds "$(seconds "$2")" --connections "$3" \
+    -H "x-api-key: bench" "$4" "$5") || { echo "paired probe of $4 failed" >&2; exit 1; }
+  awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+    print f["target_p50_ms"], f["target_p99_ms"], f["direct_p99_ms"], f["added_p99_ms"],
+      f["paired_added_p50_ms"], f["paired_added_p99_ms"] }' <<<"$line"
+}
+
 # median N...: the median of the numbers given.
 median() { printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END {print (NR % 2) ? v[(NR+1)/2] : (v[NR/2] + v[NR/2+1]) / 2}'; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

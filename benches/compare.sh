@@ -19,6 +19,9 @@
 #   WORKERS=2 benches/compare.sh            # two nginx workers against two of ours (default 1)
 #   ROUNDS=0 RATE=20000 benches/compare.sh  # only (f), at a given rate
 #   F_ROUNDS=5 benches/compare.sh           # (f) in 5 alternating rounds, medians (default 3; 0 skips (f))
+#   F_PROBES=paired benches/compare.sh      # (f) only with the paired probe, which sends the
+#                                           # direct requests in the same run (default: oha, then
+#                                           # the paired probe)
 #   SCENARIOS="nginx c" ROUNDS=12 DURATION=4s F_ROUNDS=0 benches/compare.sh
 #                                           # only these runs (of nginx a b c d nginx-flood e
 #                                           # nginx-tls g), so more rounds of them fit: more pairs
@@ -50,6 +53,15 @@ ROUNDS=${ROUNDS:-2}
 # Rounds of (f), each against its own direct-to-upstream run.
 F_ROUNDS=${F_ROUNDS:-3}
 [[ $F_ROUNDS =~ ^[0-9]+$ ]] || { echo "F_ROUNDS is \"$F_ROUNDS\": expected a whole number of rounds (0 skips (f))" >&2; exit 1; }
+# How (f) measures: oha against each target and separately against the upstream, and the
+# paired probe, which sends both in one run (examples/paired_latency).
+F_PROBES=${F_PROBES:-oha paired}
+for probe in $F_PROBES; do
+  case $probe in
+    oha | paired) ;;
+    *) echo "F_PROBES has \"$probe\": expected oha, paired or both" >&2; exit 1 ;;
+  esac
+done
 # The wrk runs of each round, in order.
 SCENARIOS=${SCENARIOS:-nginx a b c d nginx-flood e nginx-tls g}
 for scenario in $SCENARIOS; do
@@ -74,6 +86,7 @@ esac
 source benches/common.sh
 ensure_tools nginx wrk redis-server
 ensure_oha
+[ "$F_ROUNDS" -eq 0 ] || ensure_probe
 NGINX=$(command -v nginx)
 
 UPSTREAM_PORT=$(free_port)
@@ -322,7 +335,9 @@ fi
 # printed. One sample's p99 moved by milliseconds with what else ran on this shared machine.
 F_TARGETS=("nginx limit_req|$NGINX_PORT" "(a) proxy only|$A_PORT" "(b) edge layer|$B_PORT"
   "(c) edge + 2 limits|$C_PORT" "(d) 2 Redis limits|$D_PORT")
-for rate in "$RATE" ${EXTRA_RATES-5000}; do
+# oha_rounds RATE: (f) with oha, one target after another.
+oha_rounds() {
+  local rate=$1
   echo
   echo "(f) p50/p99 at a fixed $rate req/s, oha -c$CONNS -z$DURATION (latency-corrected), $F_ROUNDS alternating rounds: medians; added = median of (p99 − the round's direct p99), then each round's"
   declare -A F50=() F99=() FADDED=()
@@ -343,4 +358,45 @@ for rate in "$RATE" ${EXTRA_RATES-5000}; do
     printf '%-30s %9.3f ms %9.3f ms   added p99 %.3f ms (%s)\n' "$name" "$(median ${F50[$name]})" \
       "$(median ${F99[$name]})" "$(median ${FADDED[$name]})" "$(echo ${FADDED[$name]} | sed 's/ / \/ /g')"
   done
+}
+
+# paired_rounds RATE: (f) with the paired probe: each target's run also sends one request in ten
+# straight to the upstream at the same instants, so the direct p99 it is measured against
+# shares the run's stalls (examples/paired_latency). "paired" is the p50 and p99 of the pairs'
+# own differences, where a stall that delayed both requests of a pair cancels. Each run's
+# steal (µs a request) is printed after its added p99; "quiet" takes the median over the runs
+# with at most QUIET_STEAL, where the hypervisor did not take the cores away mid-run.
+paired_rounds() {
+  local rate=$1 requests hz; hz=$(getconf CLK_TCK)
+  requests=$(( rate * $(seconds "$DURATION") * 11 / 10 ))
+  echo
+  echo "(f) paired: p50/p99 at a fixed $rate req/s over $CONNS connections for $DURATION, 1 in 10 also direct, $F_ROUNDS alternating rounds: medians; added p99 = median of (p99 − the run's direct p99), then each run's with its steal, µs a request"
+  declare -A F50=() F99=() FADDED=() FRUNS=() FQUIET=() FPAIR50=() FPAIR99=()
+  for _ in $(seq "$F_ROUNDS"); do
+    for target in "${F_TARGETS[@]}"; do
+      local name=${target%|*} p50 p99 added pair50 pair99 steal_before steal
+      steal_before=$(steal_ticks)
+      read -r p50 p99 _ added pair50 pair99 < <(paired_at_rate "$rate" "$DURATION" "$CONNS" \
+        "http://127.0.0.1:${target#*|}/bench" "http://127.0.0.1:$UPSTREAM_PORT/bench")
+      steal=$(awk -v t=$(( $(steal_ticks) - steal_before )) -v hz="$hz" -v n="$requests" 'BEGIN { printf "%.1f", t / hz * 1e6 / n }')
+      F50[$name]+=" $p50"; F99[$name]+=" $p99"; FADDED[$name]+=" $added"
+      FRUNS[$name]+=" / $added ($steal)"
+      FPAIR50[$name]+=" $pair50"; FPAIR99[$name]+=" $pair99"
+      if awk -v s="$steal" -v q="$QUIET_STEAL" 'BEGIN { exit !(s <= q) }'; then FQUIET[$name]+=" $added"; fi
+    done
+  done
+  for target in "${F_TARGETS[@]}"; do
+    name=${target%|*}
+    local quiet="quiet runs: none"
+    # shellcheck disable=SC2086 # the lists split into their numbers
+    [ -z "${FQUIET[$name]:-}" ] || quiet="quiet runs ($(echo ${FQUIET[$name]} | wc -w)): $(median ${FQUIET[$name]})"
+    # shellcheck disable=SC2086
+    printf '%-30s %9.3f ms %9.3f ms   added p99 %.3f ms (%s)   %s   paired p50 %.3f ms, p99 %.3f ms\n' "$name" \
+      "$(median ${F50[$name]})" "$(median ${F99[$name]})" "$(median ${FADDED[$name]})" \
+      "${FRUNS[$name]# / }" "$quiet" "$(median ${FPAIR50[$name]})" "$(median ${FPAIR99[$name]})"
+  done
+}
+
+for rate in "$RATE" ${EXTRA_RATES-5000}; do
+  for probe in $F_PROBES; do "${probe}_rounds" "$rate"; done
 done
