@@ -10,6 +10,8 @@
 //! every stall of the machine and of the probe itself, and what differs between them is the
 //! proxy. Latency runs from each request's scheduled instant (as wrk2 and
 //! `oha --latency-correction`), so a request that waited for a busy connection counts its wait.
+//! tokio's timer counts milliseconds, so requests leave in bursts of RATE/1000 on each tick,
+//! as oha's do; both requests of a pair wait for the same tick.
 //!
 //!   cargo run --release --example paired_latency -- --rate 15000 --seconds 8 \
 //!       -H 'x-api-key: bench' http://127.0.0.1:PROXY/bench http://127.0.0.1:UPSTREAM/bench

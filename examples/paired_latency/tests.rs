@@ -210,3 +210,44 @@ fn urls_other_than_http_are_refused() {
         assert!(error.is_some_and(|e| e.contains("expected")), "{url}");
     }
 }
+
+#[test]
+fn bad_arguments_are_named() {
+    use clap::Parser;
+    let args = |extra: &[&str]| {
+        let mut all = vec!["paired_latency", "--rate", "100"];
+        all.extend_from_slice(extra);
+        all.extend_from_slice(&["http://127.0.0.1:1/", "http://127.0.0.1:2/"]);
+        crate::Args::try_parse_from(all).unwrap().plan().err()
+    };
+    assert_eq!(args(&[]), None);
+    assert_eq!(
+        args(&["--seconds", "0"]).as_deref(),
+        Some("--seconds is 0: expected 1 or more")
+    );
+    assert_eq!(
+        args(&["--direct-every", "0"]).as_deref(),
+        Some("--direct-every is 0: expected 1 or more")
+    );
+    let header = crate::Args::try_parse_from([
+        "paired_latency",
+        "--rate",
+        "1",
+        "-H",
+        "x-api-key",
+        "http://a/",
+        "http://b/",
+    ]);
+    let error = header.err().expect("a header without a colon").to_string();
+    assert!(
+        error.contains("header \"x-api-key\": expected \"name: value\""),
+        "{error}"
+    );
+    assert_eq!(
+        crate::parse_header(" x-api-key :  bench ").unwrap(),
+        (
+            HeaderName::from_static("x-api-key"),
+            HeaderValue::from_static("bench")
+        )
+    );
+}
