@@ -59,7 +59,7 @@ F_PROBES=${F_PROBES:-oha paired}
 for probe in $F_PROBES; do
   case $probe in
     oha | paired) ;;
-    *) echo "F_PROBES has \"$probe\": expected oha, paired or both" >&2; exit 1 ;;
+    *) echo "F_PROBES has \"$probe\": expected oha, paired, or both (\"oha paired\")" >&2; exit 1 ;;
   esac
 done
 # The wrk runs of each round, in order.
@@ -368,7 +368,8 @@ oha_rounds() {
 # with at most QUIET_STEAL, where the hypervisor did not take the cores away mid-run.
 paired_rounds() {
   local rate=$1 requests hz; hz=$(getconf CLK_TCK)
-  requests=$(( rate * $(seconds "$DURATION") * 11 / 10 ))
+  # Every request the probe sends, its second of warm-up and the direct ones included.
+  requests=$(( rate * ($(seconds "$DURATION") + 1) * 11 / 10 ))
   echo
   echo "(f) paired: p50/p99 at a fixed $rate req/s over $CONNS connections for $DURATION, 1 in 10 also direct, $F_ROUNDS alternating rounds: medians; added p99 = median of (p99 − the run's direct p99), then each run's with its steal, µs a request"
   declare -A F50=() F99=() FADDED=() FRUNS=() FQUIET=() FPAIR50=() FPAIR99=()
