@@ -19,6 +19,8 @@
 //! It prints one line of `key=value` fields (see `Report`) and exits 1 on any failed request
 //! or answer not 2xx: such a run measures something else.
 
+use std::time::Duration;
+
 use clap::Parser;
 use http::{HeaderName, HeaderValue, Uri};
 
@@ -43,6 +45,9 @@ struct Args {
     /// One TARGET request in this many is paired with a DIRECT one at the same instant.
     #[arg(long, default_value_t = 10)]
     direct_every: u32,
+    /// Seconds a request may take, connecting included, before the run fails.
+    #[arg(long, default_value_t = 10)]
+    timeout_seconds: u32,
     /// A header for every request, "name: value" (repeatable).
     #[arg(short = 'H', long = "header", value_parser = parse_header)]
     headers: Vec<(HeaderName, HeaderValue)>,
@@ -77,6 +82,7 @@ impl Args {
             measured_ticks: u64::from(self.rate) * u64::from(positive(self.seconds, "seconds")?),
             connections: positive(self.connections, "connections")?,
             direct_every: positive(self.direct_every, "direct-every")?,
+            timeout: Duration::from_secs(positive(self.timeout_seconds, "timeout-seconds")?.into()),
         })
     }
 }

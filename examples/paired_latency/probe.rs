@@ -64,6 +64,9 @@ pub struct Plan {
     pub measured_ticks: u64,
     pub connections: u32,
     pub direct_every: u32,
+    /// How long one request may take, connecting included: a peer that stops answering
+    /// fails the run instead of hanging it.
+    pub timeout: Duration,
 }
 
 impl Plan {
@@ -112,6 +115,8 @@ pub enum ProbeError {
     },
     #[error("{url} answered {status}, expected 2xx: such a run measures something else")]
     Status { url: Uri, status: StatusCode },
+    #[error("{url} did not answer within {timeout:?}")]
+    Timeout { url: Uri, timeout: Duration },
 }
 
 /// A keep-alive connection and the instants it sends at: `first`, then every `stride`.
@@ -172,7 +177,12 @@ impl<'a> Lane<'a> {
         while tick < plan.total_ticks() {
             let due = plan.due(start, tick);
             tokio::time::sleep_until(due).await;
-            self.send().await?;
+            tokio::time::timeout(plan.timeout, self.send())
+                .await
+                .map_err(|_| ProbeError::Timeout {
+                    url: self.endpoint.url.clone(),
+                    timeout: plan.timeout,
+                })??;
             if tick >= plan.warmup_ticks {
                 samples.push(Sample {
                     tick,

@@ -75,6 +75,7 @@ fn plan(target: &str, direct: &str, rate: u64, seconds: u64) -> Plan {
         measured_ticks: rate * seconds,
         connections: 8,
         direct_every: 4,
+        timeout: Duration::from_secs(10),
     }
 }
 
@@ -203,6 +204,36 @@ async fn a_side_that_does_not_listen_fails_before_the_clock_starts() {
     );
 }
 
+#[tokio::test]
+async fn a_peer_that_stops_answering_fails_the_run_in_time() {
+    let upstream = echo().await;
+    // Accepts connections and reads nothing: every request waits for its answer.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            open.push(stream);
+        }
+    });
+    let mut plan = plan(
+        &format!("http://{silent_addr}/"),
+        &format!("http://{upstream}/"),
+        200,
+        1,
+    );
+    plan.timeout = Duration::from_millis(300);
+    let error = probe::run(&plan)
+        .await
+        .err()
+        .expect("a run against a silent peer");
+    assert!(
+        matches!(&error, ProbeError::Timeout { url, .. } if url.port_u16() == Some(silent_addr.port())),
+        "{error}"
+    );
+    held.abort();
+}
+
 #[test]
 fn urls_other_than_http_are_refused() {
     for url in ["https://127.0.0.1:1/", "/bench"] {
@@ -228,6 +259,10 @@ fn bad_arguments_are_named() {
     assert_eq!(
         args(&["--direct-every", "0"]).as_deref(),
         Some("--direct-every is 0: expected 1 or more")
+    );
+    assert_eq!(
+        args(&["--timeout-seconds", "0"]).as_deref(),
+        Some("--timeout-seconds is 0: expected 1 or more")
     );
     let header = crate::Args::try_parse_from([
         "paired_latency",
