@@ -119,5 +119,9 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// The integration tests' harness: the real gateway and in-process upstreams on loopback.
+#[cfg(test)]
+#[path = "../../tests/common/mod.rs"]
+mod common;
 #[cfg(test)]
 mod tests;

@@ -2,9 +2,13 @@
 //! arithmetic on known samples.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http::{HeaderName, HeaderValue, StatusCode, Uri};
+use http::{HeaderName, HeaderValue, Response, StatusCode, Uri, header};
+
+use crate::common::{TestGateway, TestUpstream, empty, one_route_config, refused_addr};
 
 use crate::probe::{self, Endpoint, Plan, ProbeError, Sample, Samples};
 use crate::report::{Quantiles, Report, paired_differences};
@@ -79,18 +83,13 @@ fn plan(target: &str, direct: &str, rate: u64, seconds: u64) -> Plan {
     }
 }
 
-/// The gateway on 127.0.0.1:0 in front of `upstream`, with `route` added to its one route.
-async fn gateway(upstream: SocketAddr, route: &str) -> SocketAddr {
-    let text = format!(
-        "[server]\nlisten = [\"127.0.0.1:0\"]\nworkers = 1\n[store]\nhash_secret = \"test\"\n\
-         [[upstreams]]\nname = \"echo\"\nservers = [\"http://{upstream}\"]\n\
-         [[routes]]\nname = \"default\"\nupstream = \"echo\"\n{route}\n"
-    );
-    let config = ratelimit_proxy::config::parse_str(&text, "probe.toml").unwrap();
-    let gateway = ratelimit_proxy::Gateway::bind(config).await.unwrap();
-    let addr = gateway.local_addrs()[0];
-    tokio::spawn(gateway.serve(std::future::pending()));
-    addr
+/// The gateway in front of `upstream`, with `route` added to its one route.
+async fn gateway(upstream: SocketAddr, route: &str) -> TestGateway {
+    let routes = one_route_config(&[format!("http://{upstream}")], "");
+    TestGateway::start(&format!(
+        "[store]\nhash_secret = \"test\"\n{routes}{route}\n"
+    ))
+    .await
 }
 
 async fn echo() -> SocketAddr {
@@ -104,7 +103,7 @@ async fn a_run_measures_every_scheduled_request_of_both_sides() {
     let upstream = echo().await;
     let proxy = gateway(upstream, "").await;
     let plan = plan(
-        &format!("http://{proxy}/bench?x=1"),
+        &proxy.url("/bench?x=1"),
         &format!("http://{upstream}/bench?x=1"),
         400,
         1,
@@ -124,38 +123,26 @@ async fn a_run_measures_every_scheduled_request_of_both_sides() {
     assert!(samples.target.iter().all(|s| s.latency > Duration::ZERO));
 }
 
-/// A server whose every third answer on a connection says `Connection: close`, as nginx's
-/// does at `keepalive_requests`; hyper then closes the connection.
-async fn closing_server() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let answered = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-            let service = hyper::service::service_fn(move |_request| {
-                let n = answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                let mut response =
-                    http::Response::new(http_body_util::Empty::<bytes::Bytes>::new());
-                if n.is_multiple_of(3) {
-                    response
-                        .headers_mut()
-                        .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-                }
-                async move { Ok::<_, std::convert::Infallible>(response) }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            tokio::spawn(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
-        }
-    });
-    addr
-}
-
 #[tokio::test]
 async fn connections_the_server_closes_are_opened_again() {
-    let server = closing_server().await;
-    let url = format!("http://{server}/");
-    let samples = probe::run(&plan(&url, &url, 200, 1)).await.unwrap();
-    // 8 target connections each sent 31 or 32 requests, so each was closed ten times.
+    // Every third answer says `Connection: close`, as nginx's does at `keepalive_requests`,
+    // and the server then closes that connection.
+    let answered = Arc::new(AtomicUsize::new(0));
+    let server = TestUpstream::start(move |_| {
+        let n = answered.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            let mut response = Response::new(empty());
+            if n.is_multiple_of(3) {
+                let close = HeaderValue::from_static("close");
+                response.headers_mut().insert(header::CONNECTION, close);
+            }
+            response
+        }
+    })
+    .await;
+    let samples = probe::run(&plan(&server.url(), &server.url(), 200, 1))
+        .await
+        .unwrap();
     assert_eq!(samples.target.len(), 200);
     assert_eq!(samples.direct.len(), 50);
 }
@@ -166,16 +153,11 @@ async fn an_answer_not_2xx_fails_the_run_naming_it() {
     let denying = "limits = [\"one\"]\n[[limits]]\nname = \"one\"\nkey = [\"header:x-api-key\"]\n\
                    rates = [{ limit = 1, per = \"1h\" }]";
     let proxy = gateway(upstream, denying).await;
-    let plan = plan(
-        &format!("http://{proxy}/"),
-        &format!("http://{upstream}/"),
-        200,
-        1,
-    );
+    let plan = plan(&proxy.url("/"), &format!("http://{upstream}/"), 200, 1);
     match probe::run(&plan).await {
         Err(ProbeError::Status { url, status }) => {
             assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
-            assert_eq!(url.port_u16(), Some(proxy.port()));
+            assert_eq!(url.port_u16(), Some(proxy.addr.port()));
         }
         Err(other) => panic!("expected a status error, got {other}"),
         Ok(_) => panic!("a run of 429s passed"),
@@ -185,9 +167,7 @@ async fn an_answer_not_2xx_fails_the_run_naming_it() {
 #[tokio::test]
 async fn a_side_that_does_not_listen_fails_before_the_clock_starts() {
     let upstream = echo().await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
+    let port = refused_addr().await.port();
     let plan = plan(
         &format!("http://{upstream}/"),
         &format!("http://127.0.0.1:{port}/"),

@@ -341,9 +341,13 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
 }
 
 /// `ratelimit-proxy check --config PATH` run as the real binary: whether it passed, and what it
-/// printed (stdout then stderr).
+/// printed (stdout then stderr). cargo names the binary to integration tests only; read at run
+/// time, so that other targets (examples/paired_latency's tests) can share this harness.
 pub fn check_config(path: &std::path::Path) -> (bool, String) {
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-proxy"))
+    let Some(binary) = option_env!("CARGO_BIN_EXE_ratelimit-proxy") else {
+        panic!("check_config runs in integration tests, which cargo gives the binary's path");
+    };
+    let output = std::process::Command::new(binary)
         .args(["check", "--config"])
         .arg(path)
         .output()
