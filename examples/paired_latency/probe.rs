@@ -2,6 +2,7 @@
 //! latency from its scheduled instant. Every connection ("lane") owns a fixed set of instants,
 //! so a slow answer delays only its lane's next requests, and that delay is measured.
 
+use std::future::Future;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -51,6 +52,13 @@ impl Endpoint {
         *request.uri_mut() = self.path.clone();
         *request.headers_mut() = self.headers.clone();
         request
+    }
+
+    fn request_error(&self, source: hyper::Error) -> ProbeError {
+        ProbeError::Request {
+            url: self.url.clone(),
+            source,
+        }
     }
 }
 
@@ -132,23 +140,42 @@ struct Lane<'a> {
 /// Opens every connection, then sends the plan on schedule. The first failed request or answer
 /// not 2xx ends the run with its error.
 pub async fn run(plan: &Plan) -> Result<Samples, ProbeError> {
-    let every = u64::from(plan.direct_every);
-    let mut target_lanes = Vec::new();
-    for first in 0..u64::from(plan.connections) {
-        target_lanes.push(Lane::open(&plan.target, first, plan.connections.into()).await?);
-    }
-    let direct_connections = u64::from(plan.direct_connections());
-    let mut direct_lanes = Vec::new();
-    for lane in 0..direct_connections {
-        direct_lanes
-            .push(Lane::open(&plan.direct, lane * every, direct_connections * every).await?);
-    }
+    let target_lanes = open_lanes(plan, &plan.target, plan.connections, 1).await?;
+    let direct_lanes = open_lanes(
+        plan,
+        &plan.direct,
+        plan.direct_connections(),
+        plan.direct_every,
+    )
+    .await?;
     let start = Instant::now();
     let (target, direct) = futures_util::try_join!(
         drive_all(plan, start, target_lanes),
         drive_all(plan, start, direct_lanes)
     )?;
     Ok(Samples { target, direct })
+}
+
+/// `count` connections to `endpoint` that share every `every`-th instant between them, lane
+/// `i` starting at instant `i × every`.
+async fn open_lanes<'a>(
+    plan: &Plan,
+    endpoint: &'a Endpoint,
+    count: u32,
+    every: u32,
+) -> Result<Vec<Lane<'a>>, ProbeError> {
+    let (count, every) = (u64::from(count), u64::from(every));
+    let mut lanes = Vec::new();
+    for lane in 0..count {
+        lanes.push(Lane {
+            endpoint,
+            sender: connect(plan, endpoint).await?,
+            closing: false,
+            first: lane * every,
+            stride: count * every,
+        });
+    }
+    Ok(lanes)
 }
 
 async fn drive_all(
@@ -160,29 +187,14 @@ async fn drive_all(
     Ok(per_lane.into_iter().flatten().collect())
 }
 
-impl<'a> Lane<'a> {
-    async fn open(endpoint: &'a Endpoint, first: u64, stride: u64) -> Result<Lane<'a>, ProbeError> {
-        Ok(Lane {
-            endpoint,
-            sender: connect(endpoint).await?,
-            closing: false,
-            first,
-            stride,
-        })
-    }
-
+impl Lane<'_> {
     async fn drive(mut self, plan: &Plan, start: Instant) -> Result<Vec<Sample>, ProbeError> {
         let mut samples = Vec::new();
         let mut tick = self.first;
         while tick < plan.total_ticks() {
             let due = plan.due(start, tick);
             tokio::time::sleep_until(due).await;
-            tokio::time::timeout(plan.timeout, self.send())
-                .await
-                .map_err(|_| ProbeError::Timeout {
-                    url: self.endpoint.url.clone(),
-                    timeout: plan.timeout,
-                })??;
+            within(plan, self.endpoint, self.send(plan)).await?;
             if tick >= plan.warmup_ticks {
                 samples.push(Sample {
                     tick,
@@ -197,9 +209,9 @@ impl<'a> Lane<'a> {
     /// One request, its whole answer read. A connection the server closed after its last
     /// answer (nginx does after `keepalive_requests`) is opened again first, as wrk and oha do;
     /// the time that takes counts in this request's latency.
-    async fn send(&mut self) -> Result<(), ProbeError> {
+    async fn send(&mut self, plan: &Plan) -> Result<(), ProbeError> {
         if self.closing || self.sender.is_closed() {
-            self.sender = connect(self.endpoint).await?;
+            self.sender = connect(plan, self.endpoint).await?;
             self.closing = false;
         }
         let error = |source| self.endpoint.request_error(source);
@@ -225,15 +237,21 @@ impl<'a> Lane<'a> {
     }
 }
 
-/// A keep-alive HTTP/1.1 connection to `endpoint`.
-async fn connect(endpoint: &Endpoint) -> Result<SendRequest<Empty<Bytes>>, ProbeError> {
+/// A keep-alive HTTP/1.1 connection to `endpoint`, opened within the plan's timeout.
+async fn connect(
+    plan: &Plan,
+    endpoint: &Endpoint,
+) -> Result<SendRequest<Empty<Bytes>>, ProbeError> {
     let connect_error = |source| ProbeError::Connect {
         url: endpoint.url.clone(),
         source,
     };
-    let stream = TcpStream::connect(&endpoint.address)
-        .await
-        .map_err(connect_error)?;
+    let stream = within(plan, endpoint, async {
+        TcpStream::connect(&endpoint.address)
+            .await
+            .map_err(connect_error)
+    })
+    .await?;
     stream.set_nodelay(true).map_err(connect_error)?;
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -244,11 +262,17 @@ async fn connect(endpoint: &Endpoint) -> Result<SendRequest<Empty<Bytes>>, Probe
     Ok(sender)
 }
 
-impl Endpoint {
-    fn request_error(&self, source: hyper::Error) -> ProbeError {
-        ProbeError::Request {
-            url: self.url.clone(),
-            source,
-        }
-    }
+/// `work` for `endpoint`, failed with `Timeout` after the plan's timeout: a peer that stops
+/// answering ends the run instead of hanging it.
+async fn within<T>(
+    plan: &Plan,
+    endpoint: &Endpoint,
+    work: impl Future<Output = Result<T, ProbeError>>,
+) -> Result<T, ProbeError> {
+    tokio::time::timeout(plan.timeout, work)
+        .await
+        .map_err(|_| ProbeError::Timeout {
+            url: endpoint.url.clone(),
+            timeout: plan.timeout,
+        })?
 }
