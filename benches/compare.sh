@@ -13,6 +13,9 @@
 # two limits in Redis, (e) a flood where 9 requests in 10 are denied (nginx: limit_req on the
 # key, status 429), (f) p99 latency at a fixed rate of half nginx's peak (oha -q) against
 # direct-to-upstream, (g) HTTPS keep-alive (nginx ssl vs our TLS listener, same certificate).
+# Two controls bound what any proxy can reach here: `floor`, nginx answering 429 from its
+# config (the cheapest answer, to set (e)'s denial against), and in (f) the upstream measured
+# against itself (the added p99 of no proxy at all: the machine's own noise).
 #
 #   benches/compare.sh                      # 50 connections, 10 s per run, 2 rounds
 #   CONNS=100 DURATION=20s ROUNDS=3 benches/compare.sh
@@ -63,11 +66,11 @@ for probe in $F_PROBES; do
   esac
 done
 # The wrk runs of each round, in order.
-SCENARIOS=${SCENARIOS:-nginx a b c d nginx-flood e nginx-tls g}
+SCENARIOS=${SCENARIOS:-nginx a b c d nginx-flood e floor nginx-tls g}
 for scenario in $SCENARIOS; do
-  case " nginx a b c d nginx-flood e nginx-tls g " in
+  case " nginx a b c d nginx-flood e floor nginx-tls g " in
     *" $scenario "*) ;;
-    *) echo "SCENARIOS has \"$scenario\": expected names among nginx a b c d nginx-flood e nginx-tls g" >&2; exit 1 ;;
+    *) echo "SCENARIOS has \"$scenario\": expected names among nginx a b c d nginx-flood e floor nginx-tls g" >&2; exit 1 ;;
   esac
 done
 # nginx's worker_processes and our [server] workers: the same number of serving threads.
@@ -137,6 +140,9 @@ http {
       limit_req zone=perkey;
       proxy_pass http://echo;
       $NGINX_PROXY
+    }
+    location /floor {
+      return 429 '{"title":"Too Many Requests","status":429}';
     }
   }
 }
@@ -249,6 +255,7 @@ for round in $(seq "$ROUNDS"); do
            'BEGIN { printf "+ redis-server %.1f µs/req", t / hz * 1e6 / n }') ;;
       nginx-flood) line=$(run "$scenario-$round" "http://127.0.0.1:$NGINX_PORT/flood" $NGINX_PIDS -- -s "$WORK/flood.lua"); label="nginx flood 90% denied" ;;
       e) line=$(run "$scenario-$round" "http://127.0.0.1:$C_PORT/flood" "$C_PID" -- -s "$WORK/flood.lua"); label="(e) ours, flood 90% denied" ;;
+      floor) line=$(run "$scenario-$round" "http://127.0.0.1:$NGINX_PORT/floor" $NGINX_PIDS); label="floor: nginx return 429" ;;
       nginx-tls) line=$(run "$scenario-$round" "https://127.0.0.1:$NGINX_TLS_PORT/bench" $NGINX_PIDS); label="nginx https keep-alive" ;;
       g) line=$(run "$scenario-$round" "https://127.0.0.1:$TLS_PORT/bench" "$A_PID"); label="(g) ours, https keep-alive" ;;
     esac
@@ -321,6 +328,13 @@ if [ -n "${CPU[e]:-}" ] && [ -n "${CPU[c]:-}" ]; then
     denied = (e - 0.1 * c) / 0.9
     printf "(e) a denied request costs ~%.1f µs of CPU, %.2f× an allowed one of (c) (target ≤ 0.33)\n", denied / rounds, denied / c }'
 fi
+# The least any answer costs here: one read and one write of a constant, with no parse worth
+# the name and no limiter. Its kernel part is what a denial cannot go under on this machine.
+if [ -n "${CPU[floor]:-}" ] && [ -n "${CPU[c]:-}" ]; then
+  awk -v f="${CPU[floor]}" -v fu="${USER[floor]}" -v c="${CPU[c]}" -v rounds="$ROUNDS" 'BEGIN {
+    printf "floor: nginx return 429 costs ~%.1f µs (user %.1f, kernel %.1f), %.2f× an allowed one of (c); its kernel part alone %.2f×\n",
+      f / rounds, fu / rounds, (f - fu) / rounds, f / c, (f - fu) / c }'
+fi
 fi
 
 [ "$F_ROUNDS" -gt 0 ] || exit 0
@@ -333,7 +347,8 @@ fi
 # F_ROUNDS alternating rounds: each round runs direct-to-upstream, then every target; a
 # target's added p99 is its p99 less that round's direct p99, and the median over rounds is
 # printed. One sample's p99 moved by milliseconds with what else ran on this shared machine.
-F_TARGETS=("nginx limit_req|$NGINX_PORT" "(a) proxy only|$A_PORT" "(b) edge layer|$B_PORT"
+# The control is the upstream itself: whatever added p99 it shows, no proxy added.
+F_TARGETS=("control: no proxy|$UPSTREAM_PORT" "nginx limit_req|$NGINX_PORT" "(a) proxy only|$A_PORT" "(b) edge layer|$B_PORT"
   "(c) edge + 2 limits|$C_PORT" "(d) 2 Redis limits|$D_PORT")
 # oha_rounds RATE: (f) with oha, one target after another.
 oha_rounds() {
