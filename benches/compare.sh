@@ -66,11 +66,12 @@ for probe in $F_PROBES; do
   esac
 done
 # The wrk runs of each round, in order.
-SCENARIOS=${SCENARIOS:-nginx a b c d nginx-flood e floor nginx-tls g}
+ALL_SCENARIOS="nginx a b c d nginx-flood e floor nginx-tls g"
+SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
 for scenario in $SCENARIOS; do
-  case " nginx a b c d nginx-flood e floor nginx-tls g " in
+  case " $ALL_SCENARIOS " in
     *" $scenario "*) ;;
-    *) echo "SCENARIOS has \"$scenario\": expected names among nginx a b c d nginx-flood e floor nginx-tls g" >&2; exit 1 ;;
+    *) echo "SCENARIOS has \"$scenario\": expected names among $ALL_SCENARIOS" >&2; exit 1 ;;
   esac
 done
 # nginx's worker_processes and our [server] workers: the same number of serving threads.
