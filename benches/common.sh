@@ -75,11 +75,17 @@ seconds() {
   esac
 }
 
+# The paired probe's unmeasured first seconds, and how many of its requests to the proxy are
+# paired with one to DIRECT_URL: named here, so that what a run sends can be counted.
+PROBE_WARMUP_SECONDS=1
+PROBE_DIRECT_EVERY=10
 # paired_at_rate RATE DURATION CONNS URL DIRECT_URL: one run of the paired probe at a fixed
-# rate (with the load's `x-api-key`), one request in ten paired with DIRECT_URL at the same
-# instant; prints "p50_ms p99_ms direct_p99_ms added_p99_ms paired_p50_ms paired_p99_ms".
+# rate (with the load's `x-api-key`), one request in PROBE_DIRECT_EVERY paired with
+# DIRECT_URL at the same instant; prints "p50_ms p99_ms direct_p99_ms added_p99_ms
+# paired_p50_ms paired_p99_ms".
 paired_at_rate() {
   local line; line=$("$PROBE" --rate "$1" --seconds "$(seconds "$2")" --connections "$3" \
+    --warmup-seconds "$PROBE_WARMUP_SECONDS" --direct-every "$PROBE_DIRECT_EVERY" \
     -H "x-api-key: bench" "$4" "$5") || { echo "paired probe of $4 failed" >&2; exit 1; }
   awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
     print f["target_p50_ms"], f["target_p99_ms"], f["direct_p99_ms"], f["added_p99_ms"],

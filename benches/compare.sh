@@ -26,8 +26,8 @@
 #                                           # direct requests in the same run (default: oha, then
 #                                           # the paired probe)
 #   SCENARIOS="nginx c" ROUNDS=12 DURATION=4s F_ROUNDS=0 benches/compare.sh
-#                                           # only these runs (of nginx a b c d nginx-flood e
-#                                           # nginx-tls g), so more rounds of them fit: more pairs
+#                                           # only these runs (of ALL_SCENARIOS below), so
+#                                           # more rounds of them fit: more pairs
 #                                           # run back to back, and more of them undisturbed
 #   ECHO_THREADS=1 benches/compare.sh       # the echo upstream on one runtime thread (default: one
 #                                           # per core, whose workers wake and preempt each other
@@ -269,8 +269,20 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 if [ "$ROUNDS" -gt 0 ]; then
-echo
-echo "ratios over all rounds (ours / nginx): CPU per request (lower is better), req/s (higher is better)"
+# What the ratios compare: a label, our scenario, nginx's.
+COMPARISONS=("(a) proxy only|a|nginx" "(b) edge layer|b|nginx" "(c) edge + 2 limits|c|nginx"
+  "(d) 2 Redis limits vs nginx (a)|d|nginx" "(e) flood vs nginx flood|e|nginx-flood" "(g) https keep-alive|g|nginx-tls")
+# section HEADING FN: FN LABEL OURS THEIRS for each comparison, under HEADING; nothing at all
+# when no comparison had both its scenarios run (e.g. SCENARIOS="c floor").
+section() {
+  local lines="" comparison label ours theirs line
+  for comparison in "${COMPARISONS[@]}"; do
+    IFS='|' read -r label ours theirs <<<"$comparison"
+    line=$("$2" "$label" "$ours" "$theirs")
+    [ -z "$line" ] || lines+="$line"$'\n'
+  done
+  [ -z "$lines" ] || printf '\n%s\n%s' "$1" "$lines"
+}
 # Also the median of the rounds' own ratios (each round's pair ran back to back): one
 # disturbed run moves a sum by a fifth on this shared machine, the median by a round.
 # And over the quiet rounds alone: those whose two runs each had at most QUIET_STEAL µs of
@@ -299,16 +311,9 @@ ratio() { # LABEL OURS THEIRS; nothing when either was not run
       else printf "   quiet rounds: none of %d\n", rounds
     }'
 }
-ratio "(a) proxy only" a nginx
-ratio "(b) edge layer" b nginx
-ratio "(c) edge + 2 limits" c nginx
-ratio "(d) 2 Redis limits vs nginx (a)" d nginx
-ratio "(e) flood vs nginx flood" e nginx-flood
-ratio "(g) https keep-alive" g nginx-tls
+section "ratios over all rounds (ours / nginx): CPU per request (lower is better), req/s (higher is better)" ratio
 # Where a difference lies: the user-space part of CPU per request (what the code does) and the
 # kernel's (system calls and the loopback network stack, which cost nginx about the same).
-echo
-echo "user-space and kernel CPU µs per request over all rounds: ours vs nginx (ours / nginx)"
 user_kernel() { # LABEL OURS THEIRS; nothing when either was not run
   [ -n "${CPU[$2]:-}" ] && [ -n "${CPU[$3]:-}" ] || return 0
   awk -v s="$1" -v oc="${CPU[$2]}" -v nc="${CPU[$3]}" -v ou="${USER[$2]}" -v nu="${USER[$3]}" -v r="$ROUNDS" '
@@ -317,12 +322,7 @@ user_kernel() { # LABEL OURS THEIRS; nothing when either was not run
       printf "%-34s user %5.1f vs %5.1f (%s)   kernel %5.1f vs %5.1f (%s)\n", s, ou / r, nu / r, times(ou, nu),
         (oc - ou) / r, (nc - nu) / r, times(oc - ou, nc - nu) }'
 }
-user_kernel "(a) proxy only" a nginx
-user_kernel "(b) edge layer" b nginx
-user_kernel "(c) edge + 2 limits" c nginx
-user_kernel "(d) 2 Redis limits vs nginx (a)" d nginx
-user_kernel "(e) flood vs nginx flood" e nginx-flood
-user_kernel "(g) https keep-alive" g nginx-tls
+section "user-space and kernel CPU µs per request over all rounds: ours vs nginx (ours / nginx)" user_kernel
 # A denied request's cost: the flood mixes 10% allowed (each like (c)) and 90% denied.
 if [ -n "${CPU[e]:-}" ] && [ -n "${CPU[c]:-}" ]; then
   awk -v e="${CPU[e]}" -v c="${CPU[c]}" -v rounds="$ROUNDS" 'BEGIN {
@@ -376,18 +376,19 @@ oha_rounds() {
   done
 }
 
-# paired_rounds RATE: (f) with the paired probe: each target's run also sends one request in ten
-# straight to the upstream at the same instants, so the direct p99 it is measured against
-# shares the run's stalls (examples/paired_latency). "paired" is the p50 and p99 of the pairs'
-# own differences, where a stall that delayed both requests of a pair cancels. Each run's
-# steal (µs a request) is printed after its added p99; "quiet" takes the median over the runs
-# with at most QUIET_STEAL, where the hypervisor did not take the cores away mid-run.
+# paired_rounds RATE: (f) with the paired probe: each target's run also sends one request in
+# PROBE_DIRECT_EVERY straight to the upstream at the same instants, so the direct p99 it is
+# measured against shares the run's stalls (examples/paired_latency). "paired" is the p50 and
+# p99 of the pairs' own differences, where a stall that delayed both requests of a pair
+# cancels. Each run's steal (µs a request) is printed after its added p99; "quiet" takes the
+# median over the runs with at most QUIET_STEAL, where the hypervisor did not take the cores
+# away mid-run.
 paired_rounds() {
   local rate=$1 requests hz; hz=$(getconf CLK_TCK)
-  # Every request the probe sends, its second of warm-up and the direct ones included.
-  requests=$(( rate * ($(seconds "$DURATION") + 1) * 11 / 10 ))
+  # Every request the probe sends, its warm-up and the direct ones included.
+  requests=$(( rate * ($(seconds "$DURATION") + PROBE_WARMUP_SECONDS) * (PROBE_DIRECT_EVERY + 1) / PROBE_DIRECT_EVERY ))
   echo
-  echo "(f) paired: p50/p99 at a fixed $rate req/s over $CONNS connections for $DURATION, 1 in 10 also direct, $F_ROUNDS alternating rounds: medians; added p99 = median of (p99 − the run's direct p99), then each run's with its steal, µs a request"
+  echo "(f) paired: p50/p99 at a fixed $rate req/s over $CONNS connections for $DURATION, 1 in $PROBE_DIRECT_EVERY also direct, $F_ROUNDS alternating rounds: medians; added p99 = median of (p99 − the run's direct p99), then each run's with its steal, µs a request"
   declare -A F50=() F99=() FADDED=() FRUNS=() FQUIET=() FPAIR50=() FPAIR99=()
   for _ in $(seq "$F_ROUNDS"); do
     for target in "${F_TARGETS[@]}"; do
