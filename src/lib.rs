@@ -4,6 +4,7 @@
 
 pub mod added_fields;
 pub mod body;
+pub mod canonical;
 pub mod client_ip;
 pub mod clock;
 pub mod config;

@@ -27,6 +27,8 @@ pub enum RequestFields {
 pub struct FieldLines {
     head: Bytes,
     places: SmallVec<[Place; 10]>,
+    /// Whether a name has a `_` (noted as fields are pushed, so most requests skip a search).
+    underscored: bool,
 }
 
 /// One field: offsets into the head, kept to 8 bytes as the request is moved a dozen times.
@@ -76,6 +78,7 @@ impl FieldLines {
         };
         let (name_start, _) = start_of(name)?;
         let (value_start, value_end) = start_of(value)?;
+        self.underscored |= name.contains(&b'_');
         self.places.push(Place {
             name_start,
             value_start,
@@ -381,5 +384,7 @@ fn all_printable(word: &[u8]) -> bool {
     below_space | above_tilde == 0
 }
 
+mod edit;
+pub use edit::Repeated;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -33,7 +33,11 @@ use crate::proxy::{self, ClientConnection, Runtime};
 use crate::respond::ResponseBody;
 
 pub struct ConnectionSettings {
+    /// HTTP/1.1, or HTTP/2 when the connection starts with its preface.
     pub builder: auto::Builder<TokioExecutor>,
+    /// HTTP/1.1 only: for a connection that did not start with the HTTP/2 preface (RFC 9113
+    /// §3.4 recognises it at the start alone) or whose TLS handshake chose `http/1.1`.
+    pub http1_builder: auto::Builder<TokioExecutor>,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
 }
@@ -104,11 +108,20 @@ impl Drop for Answering {
     }
 }
 
-/// Serves one connection; `proto` ("http" or "https") is what X-Forwarded-Proto says.
+/// Which protocols a connection may speak.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Protocols {
+    /// HTTP/1.x, or HTTP/2 with prior knowledge.
+    Any,
+    /// HTTP/1.x: TLS chose `http/1.1` by ALPN.
+    Http1Only,
+}
+
+/// Serves one connection from `(peer, proto, protocols)`; `proto` ("http" or "https") is what
+/// X-Forwarded-Proto says.
 pub async fn serve<S>(
     stream: S,
-    peer: SocketAddr,
-    proto: &'static str,
+    (peer, proto, protocols): (SocketAddr, &'static str, Protocols),
     runtime: Arc<ArcSwap<Runtime>>,
     settings: Arc<ConnectionSettings>,
     stop: CancellationToken,
@@ -138,12 +151,20 @@ pub async fn serve<S>(
         client: &client,
         activity: &activity,
     };
-    let io = match http1::serve(io, &answerer, &mut guard).await {
+    let (io, at_start) = match http1::serve(io, &answerer, &mut guard).await {
         http1::Ended::Closed => return,
-        http1::Ended::ToHyper(mut io, read) => {
-            io.read_ahead = read;
-            io
+        http1::Ended::ToHyper {
+            io: mut handed,
+            read,
+            at_start,
+        } => {
+            handed.read_ahead = read;
+            (handed, at_start)
         }
+    };
+    let builder = match (protocols, at_start) {
+        (Protocols::Any, true) => &settings.builder,
+        _ => &settings.http1_builder,
     };
 
     let service_activity = activity.clone();
@@ -158,9 +179,7 @@ pub async fn serve<S>(
             Ok::<_, Infallible>(ResponseBody::with_fields_in_headers(response))
         })
     });
-    let connection = settings
-        .builder
-        .serve_connection_with_upgrades(TokioIo::new(io), service);
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(connection);
     let mut draining = false;
     loop {

@@ -35,7 +35,7 @@ use crate::metrics::Metrics;
 use crate::proxy::Runtime;
 use crate::tls::server::{CertResolver, acceptor};
 use admin::AdminState;
-use connection::ConnectionSettings;
+use connection::{ConnectionSettings, Protocols};
 use reload::Generation;
 pub use reload::{ReloadError, Reloader, watch_files};
 
@@ -388,6 +388,7 @@ fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(server.max_header_bytes * 2).unwrap_or(u32::MAX));
     ConnectionSettings {
+        http1_builder: builder.clone().http1_only(),
         builder,
         header_read_timeout: server.header_read_timeout,
         idle_timeout: server.idle_timeout,
@@ -445,13 +446,23 @@ impl AcceptLoop {
         let tls = self.tls.clone();
         async move {
             match tls {
-                None => connection::serve(stream, peer, "http", runtime, settings, stop).await,
+                None => {
+                    let client = (peer, "http", Protocols::Any);
+                    connection::serve(stream, client, runtime, settings, stop).await
+                }
                 Some(tls) => {
                     let handshake =
                         tokio::time::timeout(tls.handshake_timeout, tls.acceptor.accept(stream));
                     match handshake.await {
                         Ok(Ok(stream)) => {
-                            connection::serve(stream, peer, "https", runtime, settings, stop).await
+                            // HTTP/2 over TLS only when ALPN chose it (RFC 9113 §3.3).
+                            let alpn = stream.get_ref().1.alpn_protocol();
+                            let protocols = match alpn {
+                                Some(b"http/1.1") => Protocols::Http1Only,
+                                _ => Protocols::Any,
+                            };
+                            let client = (peer, "https", protocols);
+                            connection::serve(stream, client, runtime, settings, stop).await
                         }
                         Ok(Err(error)) => handshake_failed(&tls, peer, &error.to_string()),
                         Err(_) => handshake_failed(&tls, peer, "handshake_timeout passed"),

@@ -61,8 +61,14 @@ pub(super) trait Watch {
 /// How serving here ended.
 pub(super) enum Ended<S> {
     Closed,
-    /// A request to leave to hyper: the connection and every byte read from it but not served.
-    ToHyper(S, BytesMut),
+    /// A request to leave to hyper: the connection and every byte read from it but not served,
+    /// which begin at the connection's first byte when `at_start` (only then may they be the
+    /// HTTP/2 preface).
+    ToHyper {
+        io: S,
+        read: BytesMut,
+        at_start: bool,
+    },
 }
 
 /// What is needed to answer a request.
@@ -81,11 +87,18 @@ where
     let mut read = BytesMut::with_capacity(8 * 1024);
     // Allocated by the first response: an idle connection keeps only its read buffer.
     let mut out = Vec::new();
+    let mut served_any = false;
     loop {
         let request = loop {
             match parse_request(&mut read) {
                 Parsed::Request(request) => break request,
-                Parsed::Other => return Ended::ToHyper(io, read),
+                Parsed::Other => {
+                    return Ended::ToHyper {
+                        io,
+                        read,
+                        at_start: !served_any,
+                    };
+                }
                 Parsed::Partial => {}
             }
             tokio::select! {
@@ -114,6 +127,7 @@ where
         let Some((response, stopping)) = answered else {
             return Ended::Closed;
         };
+        served_any = true;
         let keep_alive = !stopping && !asks_to_close(response.headers());
         // Pinned where it is made, as `handling` (`.await` on the call moved it first).
         let written = pin!(write_response(&mut io, &mut out, response, keep_alive)).await;
@@ -214,6 +228,7 @@ fn parse_request(read: &mut BytesMut) -> Parsed {
         Ok(uri) => Parsed::Request(ProxyRequest {
             method: parts.method,
             uri,
+            version: Version::HTTP_11,
             fields: RequestFields::Lines(fields.in_head(head)),
             upgrade: None,
             body: Either::Right(Empty::new()),

@@ -1,0 +1,155 @@
+use super::*;
+use proptest::prelude::*;
+
+fn canonical(path: &str) -> Result<String, PathError> {
+    normalize(path, EscapedSlashes::Keep).map(|changed| changed.unwrap_or_else(|| path.into()))
+}
+
+#[test]
+fn canonical_paths_are_used_as_they_are() {
+    for path in [
+        "/",
+        "/login",
+        "/v1/search/",
+        "/a.b/c..d/.well-known/x.",
+        "/a;b=c/d",
+        "/~user/a-b_c!$&'()*+,=:@",
+        "/v1/items/123",
+    ] {
+        assert_eq!(normalize(path, EscapedSlashes::Keep), Ok(None), "{path}");
+    }
+}
+
+#[test]
+fn every_spelling_of_login_is_login() {
+    for path in [
+        "//login",
+        "///login",
+        "/./login",
+        "/x/../login",
+        "/x/y/../../login",
+        "/../login",
+        "/%6cogin",
+        "/%6Cogin",
+        "/%2e/login",
+        "/%2E%2E/login",
+        "/x/%2e%2e/login",
+        "/x//..//login",
+        "/login/.",
+        "/login/x/..",
+    ] {
+        let got = canonical(path).unwrap();
+        assert!(got == "/login" || got == "/login/", "{path} -> {got}");
+    }
+}
+
+#[test]
+fn dot_segments_follow_rfc_3986_and_slashes_merge_first() {
+    for (path, expected) in [
+        ("/a/b/c/./../../g", "/a/g"),
+        ("/a/b/..", "/a/"),
+        ("/a/b/.", "/a/b/"),
+        ("/..", "/"),
+        ("/.", "/"),
+        ("/a//../b", "/b"),
+        ("/a/", "/a/"),
+        ("/a//", "/a/"),
+        ("/a/...", "/a/..."),
+        ("/a/.b/..c", "/a/.b/..c"),
+    ] {
+        assert_eq!(canonical(path).unwrap(), expected, "{path}");
+    }
+}
+
+#[test]
+fn encodings_are_decoded_when_unreserved_and_upper_cased_otherwise() {
+    for (path, expected) in [
+        ("/%41%7a%30%2D%2e%5F%7E", "/Az0-._~"),
+        ("/a%2fb", "/a%2Fb"),
+        ("/a%5cb", "/a%5Cb"),
+        ("/%3f%23%25", "/%3F%23%25"),
+        ("/caf\u{e9}", "/caf%C3%A9"),
+        ("/caf%c3%a9", "/caf%C3%A9"),
+        ("/a b", "/a%20b"),
+        ("/%20", "/%20"),
+        ("/a%2f..%2fb", "/a%2F..%2Fb"),
+    ] {
+        assert_eq!(canonical(path).unwrap(), expected, "{path}");
+    }
+}
+
+#[test]
+fn malformed_paths_are_refused() {
+    for (path, error) in [
+        ("login", PathError::NotOriginForm),
+        ("*", PathError::NotOriginForm),
+        ("", PathError::NotOriginForm),
+        ("/a%", PathError::InvalidPercentEncoding),
+        ("/a%4", PathError::InvalidPercentEncoding),
+        ("/a%zz", PathError::InvalidPercentEncoding),
+        ("/a%+1", PathError::InvalidPercentEncoding),
+        ("/a%00b", PathError::Nul),
+        ("/a\\b", PathError::Backslash),
+        ("/x/..;/login", PathError::DotSegmentWithParameters),
+        ("/x/.;a/login", PathError::DotSegmentWithParameters),
+        ("/..;", PathError::DotSegmentWithParameters),
+    ] {
+        assert_eq!(normalize(path, EscapedSlashes::Keep), Err(error), "{path}");
+    }
+}
+
+#[test]
+fn escaped_slashes_are_kept_or_refused() {
+    for path in ["/a%2Fb", "/a%2fb", "/a%5Cb", "/a%5c"] {
+        assert!(canonical(path).is_ok(), "{path}");
+        assert_eq!(
+            normalize(path, EscapedSlashes::Reject),
+            Err(PathError::EscapedSlash),
+            "{path}"
+        );
+    }
+}
+
+/// One segment of a generated path: names, dots, empty (for `//`), and encodings.
+fn segment() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-zA-Z0-9_~-]{1,6}",
+        Just(".".to_string()),
+        Just("..".to_string()),
+        Just(String::new()),
+        Just("%2e".to_string()),
+        Just("%2E%2e".to_string()),
+        Just("%2F".to_string()),
+        Just("%6c%6F".to_string()),
+        Just("a%20b".to_string()),
+        Just("\u{e9}".to_string()),
+        Just("x;y=1".to_string()),
+    ]
+}
+
+proptest! {
+    /// The canonical form is a fixed point, has no `//`, no dot segments and only pchar bytes
+    /// and upper-case encodings.
+    #[test]
+    fn the_canonical_form_is_canonical(segments in proptest::collection::vec(segment(), 0..8)) {
+        let path = format!("/{}", segments.join("/"));
+        let once = canonical(&path).unwrap();
+        prop_assert_eq!(normalize(&once, EscapedSlashes::Keep), Ok(None), "{} -> {}", path, once);
+        prop_assert!(once.starts_with('/') && !once.contains("//"));
+        for segment in once.split('/') {
+            prop_assert!(segment != "." && segment != "..", "{}", once);
+        }
+        for encoded in once.split('%').skip(1) {
+            let hex = encoded.get(..2).unwrap_or_default();
+            prop_assert!(hex.len() == 2 && hex.bytes().all(|b| b.is_ascii_digit() || (b'A'..=b'F').contains(&b)), "{}", once);
+        }
+    }
+
+    /// Any bytes: an answer or a refusal, never a panic; an answer is origin-form ASCII.
+    #[test]
+    fn any_text_gets_an_answer(path in "/[ -~\u{e9}]{0,24}") {
+        if let Ok(Some(changed)) = normalize(&path, EscapedSlashes::Keep) {
+            prop_assert!(changed.starts_with('/') && changed.is_ascii());
+        }
+    }
+}

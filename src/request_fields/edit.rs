@@ -1,0 +1,156 @@
+//! What the canonical request step (`crate::canonical`) changes in a request's fields: Host
+//! taken out to be judged and written by the gateway, names with `_` dropped, and a field that
+//! must appear at most once told apart from one repeated.
+
+use http::header::HOST;
+use http::{HeaderName, HeaderValue};
+
+use super::{FieldLines, RequestFields};
+use crate::proxy::headers::Role;
+
+/// A field that may appear once appeared on more than one line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repeated;
+
+impl FieldLines {
+    fn take_host(&mut self) -> (usize, Option<HeaderValue>) {
+        let mut hosts = self.places.iter().filter(|place| place.role == Role::Host);
+        let Some(first) = hosts.next().copied() else {
+            return (0, None);
+        };
+        let count = 1 + hosts.count();
+        self.places.retain(|place| place.role != Role::Host);
+        let (start, end) = first.value();
+        let value = HeaderValue::from_maybe_shared(self.head.slice(start as usize..end as usize));
+        (count, value.ok())
+    }
+
+    fn drop_underscored(&mut self) {
+        let head = &self.head;
+        (self.places).retain(|place| {
+            let (start, end) = place.name();
+            !head[start as usize..end as usize].contains(&b'_')
+        });
+        self.underscored = false;
+    }
+}
+
+impl RequestFields {
+    /// Takes every Host field out: how many lines there were, and the first one's value.
+    pub fn take_host(&mut self) -> (usize, Option<HeaderValue>) {
+        match self {
+            RequestFields::Map(map) => {
+                let count = map.get_all(HOST).iter().count();
+                let first = map.get(HOST).cloned();
+                if count > 0 {
+                    map.remove(HOST);
+                }
+                (count, first)
+            }
+            RequestFields::Lines(lines) => lines.take_host(),
+        }
+    }
+
+    /// The first field name with a `_`, if any.
+    pub fn first_underscored(&self) -> Option<String> {
+        match self {
+            RequestFields::Map(map) => map
+                .keys()
+                .find(|name| name.as_str().contains('_'))
+                .map(|name| name.as_str().to_owned()),
+            RequestFields::Lines(lines) if lines.underscored => {
+                let mut found = None;
+                self.each(|name, _| {
+                    if found.is_none() && name.contains(&b'_') {
+                        found = Some(String::from_utf8_lossy(name).into_owned());
+                    }
+                });
+                found
+            }
+            RequestFields::Lines(_) => None,
+        }
+    }
+
+    /// Drops every field whose name has a `_` (nginx's `underscores_in_headers off`).
+    pub fn drop_underscored(&mut self) {
+        match self {
+            RequestFields::Map(map) => {
+                let gone: Vec<HeaderName> = (map.keys())
+                    .filter(|name| name.as_str().contains('_'))
+                    .cloned()
+                    .collect();
+                for name in gone {
+                    map.remove(name);
+                }
+            }
+            RequestFields::Lines(lines) if lines.underscored => lines.drop_underscored(),
+            RequestFields::Lines(_) => {}
+        }
+    }
+
+    /// The value of `name` when it is on one line at most; `Repeated` when on more.
+    pub fn only<'a>(&'a self, name: &'a HeaderName) -> Result<Option<&'a [u8]>, Repeated> {
+        let mut values = self.get_all(name);
+        let first = values.next();
+        match values.next() {
+            Some(_) => Err(Repeated),
+            None => Ok(first),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request_fields::tests::{lines_of, map_of};
+
+    /// `pairs` as hyper's map and as the own server's lines.
+    fn both(head: &str) -> [RequestFields; 2] {
+        let lines = lines_of(head.as_bytes());
+        let pairs = lines.pairs();
+        let borrowed: Vec<(&str, &str)> = pairs
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        [RequestFields::Map(map_of(&borrowed)), lines]
+    }
+
+    #[test]
+    fn host_lines_are_counted_and_taken_out() {
+        let head = "GET / HTTP/1.1\r\nHost: a.example\r\nX-A: 1\r\nhost: b\r\n\r\n";
+        for mut fields in both(head) {
+            let (count, first) = fields.take_host();
+            assert_eq!((count, first.unwrap().as_bytes()), (2, &b"a.example"[..]));
+            assert_eq!(fields.pairs(), [("x-a".into(), "1".into())]);
+            assert_eq!(fields.take_host(), (0, None));
+        }
+    }
+
+    #[test]
+    fn underscored_names_are_found_and_dropped() {
+        let head = "GET / HTTP/1.1\r\nX-A: 1\r\nTransfer_Encoding: chunked\r\nX_Key: k\r\n\r\n";
+        for mut fields in both(head) {
+            assert_eq!(
+                fields.first_underscored().unwrap().to_ascii_lowercase(),
+                "transfer_encoding"
+            );
+            fields.drop_underscored();
+            assert_eq!(fields.pairs(), [("x-a".into(), "1".into())]);
+            assert_eq!(fields.first_underscored(), None);
+        }
+    }
+
+    #[test]
+    fn a_field_on_two_lines_is_repeated() {
+        let key = HeaderName::from_static("x-api-key");
+        for fields in both("GET / HTTP/1.1\r\nX-Api-Key: a\r\nx-api-key: b\r\n\r\n") {
+            assert_eq!(fields.only(&key), Err(Repeated));
+        }
+        for fields in both("GET / HTTP/1.1\r\nX-Api-Key: a, b\r\n\r\n") {
+            assert_eq!(fields.only(&key), Ok(Some(&b"a, b"[..])));
+        }
+        for fields in both("GET / HTTP/1.1\r\nX-Other: a\r\n\r\n") {
+            assert_eq!(fields.only(&key), Ok(None));
+        }
+    }
+}
