@@ -20,24 +20,20 @@ use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use futures_util::FutureExt;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::http1::{self, Close, Watch};
+use super::hyper_conn::HyperServers;
 use super::only_when_woken::OnlyWhenWoken;
 use crate::proxy::request::ProxyRequest;
 use crate::proxy::{self, ClientConnection, Runtime};
 use crate::respond::ResponseBody;
 
 pub struct ConnectionSettings {
-    /// HTTP/1.1, or HTTP/2 when the connection starts with its preface.
-    pub builder: auto::Builder<TokioExecutor>,
-    /// HTTP/1.1 only: for a connection that did not start with the HTTP/2 preface (RFC 9113
-    /// §3.4 recognises it at the start alone) or whose TLS handshake chose `http/1.1`.
-    pub http1_builder: auto::Builder<TokioExecutor>,
+    pub hyper: HyperServers,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
 }
@@ -162,10 +158,7 @@ pub async fn serve<S>(
             (handed, at_start)
         }
     };
-    let builder = match (protocols, at_start) {
-        (Protocols::Any, true) => &settings.builder,
-        _ => &settings.http1_builder,
-    };
+    let http2_allowed = protocols == Protocols::Any && at_start;
 
     let service_activity = activity.clone();
     let service = service_fn(move |request| {
@@ -179,7 +172,7 @@ pub async fn serve<S>(
             Ok::<_, Infallible>(ResponseBody::with_fields_in_headers(response))
         })
     });
-    let connection = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+    let connection = (settings.hyper).serve(TokioIo::new(io), service, http2_allowed);
     tokio::pin!(connection);
     let mut draining = false;
     loop {
