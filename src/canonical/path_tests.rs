@@ -153,3 +153,119 @@ proptest! {
         }
     }
 }
+
+/// How an upstream that decodes a path before it resolves it reads one (Go's `path.Clean`
+/// after unescaping, Python's `posixpath.normpath` after `unquote`): every `%XX` decoded once
+/// but `%2F` and `%5C`, then empty and `.` segments dropped and `..` taking the one before.
+/// Written apart from `normalize`, as an oracle for it.
+fn resolved_by_upstream(path: &str) -> Vec<Vec<u8>> {
+    let bytes = path.as_bytes();
+    let mut decoded = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let escape = bytes.get(i + 1..i + 3).filter(|_| bytes[i] == b'%');
+        match escape.and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()) {
+            Some(b'/') | Some(b'\\') => {
+                decoded.extend_from_slice(&bytes[i..i + 3].to_ascii_uppercase());
+                i += 3;
+            }
+            Some(byte) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            None => {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    let mut segments: Vec<Vec<u8>> = Vec::new();
+    for segment in decoded.split(|&b| b == b'/') {
+        match segment {
+            b"" | b"." => {}
+            b".." => {
+                segments.pop();
+            }
+            _ => segments.push(segment.to_vec()),
+        }
+    }
+    segments
+}
+
+fn route_of(router: &crate::route::Router, path: &str) -> Option<String> {
+    let route = router.find(None, path, &http::Method::GET)?;
+    Some(route.name.clone())
+}
+
+fn router() -> crate::route::Router {
+    let route = |name: &str, prefix: &str| crate::config::RouteConfig {
+        name: name.into(),
+        host: None,
+        path_prefix: prefix.into(),
+        case_sensitive: true,
+        methods: None,
+        upgrades: Vec::new(),
+        upstream: 0,
+        limits: Vec::new(),
+        cost: 1,
+        max_in_flight: None,
+    };
+    crate::route::Router::new(&[
+        route("login", "/login"),
+        route("admin", "/admin/"),
+        route("encoded", "/a%2Fb"),
+        route("unicode", "/caf%C3%A9"),
+        route("default", "/"),
+    ])
+}
+
+/// A segment an attacker might write: a route's name in pieces and encodings, dots in every
+/// spelling, empty segments, encoded slashes.
+fn spelling() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("login".to_string()),
+        Just("l%6Fgin".to_string()),
+        Just("%6c%6f%67%69%6e".to_string()),
+        Just("admin".to_string()),
+        Just("%61dmin".to_string()),
+        Just("caf\u{e9}".to_string()),
+        Just("caf%c3%a9".to_string()),
+        Just("a%2fb".to_string()),
+        Just("a".to_string()),
+        Just("x".to_string()),
+        Just(".".to_string()),
+        Just("..".to_string()),
+        Just("%2e".to_string()),
+        Just("%2E%2e".to_string()),
+        Just(".%2e".to_string()),
+        Just(String::new()),
+    ]
+}
+
+proptest! {
+    /// The route a path gets is the route of the path an upstream resolves it to, and the
+    /// canonical path (what the upstream receives) resolves to that same path: no spelling
+    /// reaches a resource by another route than the one its plain spelling takes.
+    #[test]
+    fn the_route_judged_is_the_route_of_what_the_upstream_resolves(
+        segments in proptest::collection::vec(spelling(), 0..6),
+        trailing_slash in any::<bool>(),
+    ) {
+        let mut path = format!("/{}", segments.join("/"));
+        if trailing_slash {
+            path.push('/');
+        }
+        let sent = canonical(&path).unwrap();
+        let resolved = resolved_by_upstream(&path);
+        prop_assert_eq!(resolved_by_upstream(&sent), resolved.clone(), "{} -> {}", path, sent);
+        // The plain spelling of what the upstream resolves, in canonical form.
+        let plain: Vec<String> = resolved.iter().map(|s| String::from_utf8_lossy(s).into_owned()).collect();
+        let plain = canonical(&format!("/{}", plain.join("/"))).unwrap();
+        let router = router();
+        let (judged, upstreams) = (route_of(&router, &sent), route_of(&router, &plain));
+        // A trailing slash may differ (`/admin` vs `/admin/`), as it does to upstreams.
+        if !sent.ends_with('/') || plain.ends_with('/') {
+            prop_assert_eq!(judged, upstreams, "{} -> {} / {}", path, sent, plain);
+        }
+    }
+}

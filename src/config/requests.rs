@@ -54,7 +54,7 @@ pub(super) fn path_prefix(raw: &RawRoute, path: &str, problems: &mut Problems) -
         ),
         Err(error) => problems.push(
             key,
-            format!("expected a path starting with \"/\", got {prefix:?}: {error}"),
+            format!("expected a path such as \"/v1/\", got {prefix:?}: {error}"),
         ),
     }
     prefix
