@@ -10,6 +10,8 @@ pub mod clock;
 pub mod config;
 pub mod echo;
 pub mod edge;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 pub mod ip_set;
 pub mod limit;
 pub mod metrics;

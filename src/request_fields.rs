@@ -245,8 +245,8 @@ impl RequestFields {
     }
 
     /// The fields as (lower-case name, value) in order, for tests.
-    #[cfg(test)]
-    pub(crate) fn pairs(&self) -> Vec<(String, String)> {
+    #[cfg(any(test, fuzzing))]
+    pub fn pairs(&self) -> Vec<(String, String)> {
         let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
         let mut pairs = Vec::new();
         self.each(|name, value| pairs.push((text(name).to_ascii_lowercase(), text(value))));

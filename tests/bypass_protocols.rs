@@ -195,3 +195,20 @@ async fn a_malformed_chunked_body_is_a_400() {
         );
     }
 }
+
+#[tokio::test]
+async fn connect_is_never_forwarded() {
+    let (upstream, mut received) = recording_upstream().await;
+    let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
+    for head in [
+        "CONNECT api.test:443 HTTP/1.1\r\nHost: api.test:443\r\n\r\n",
+        "CONNECT / HTTP/1.1\r\nHost: api.test\r\n\r\n",
+    ] {
+        assert_eq!(
+            raw_status(gateway.addr, head.as_bytes()).await,
+            400,
+            "{head}"
+        );
+    }
+    assert!(drain(&mut received).is_empty());
+}

@@ -57,6 +57,8 @@ pub struct Policy {
 pub enum BadRequest {
     #[error("the method {0:?} is not an upper-case token")]
     Method(String),
+    #[error("CONNECT is not served: this gateway is not a forward proxy")]
+    Connect,
     #[error("the request has no Host field")]
     MissingHost,
     #[error("the request has more than one Host field")]
@@ -183,6 +185,9 @@ pub fn canonicalize(raw: ProxyRequest, policy: &Policy) -> Result<Request, BadRe
 /// Upper-case letters, `_` and `-` only, as nginx accepts: `post` is not `POST` to a route,
 /// and an upstream that upper-cases methods must not see it become one.
 fn check_method(method: &Method) -> Result<(), BadRequest> {
+    if method == Method::CONNECT {
+        return Err(BadRequest::Connect);
+    }
     let text = method.as_str();
     let valid = text
         .bytes()
@@ -228,9 +233,10 @@ fn requested_host(
 
 /// The canonical path and the query as sent, in origin form.
 fn canonical_target(uri: Uri, slashes: EscapedSlashes) -> Result<PathAndQuery, BadRequest> {
-    // An absolute-form target with an empty path asks for "/" (RFC 9112 §3.2.1).
+    // An absolute-form target with an empty path asks for "/" (RFC 9112 §3.2.1); CONNECT's
+    // authority-form has no scheme, and no path.
     let path = match uri.path() {
-        "" if uri.authority().is_some() => "/",
+        "" if uri.scheme().is_some() => "/",
         path => path,
     };
     let normalized = path::normalize(path, slashes).map_err(BadRequest::Path)?;

@@ -188,6 +188,20 @@ fn an_upgrade_is_read_before_the_hop_by_hop_fields_go() {
 }
 
 #[test]
+fn connect_is_refused_in_any_form() {
+    for head in [
+        "CONNECT api.example:443 HTTP/1.1\r\nHost: api.example:443\r\n\r\n",
+        "CONNECT /x HTTP/1.1\r\nHost: api.example\r\n\r\n",
+    ] {
+        assert_eq!(
+            refusal(head, Version::HTTP_11),
+            BadRequest::Connect,
+            "{head}"
+        );
+    }
+}
+
+#[test]
 fn malformed_targets_are_refused() {
     for target in ["/a%zz", "/a%00", "/a\\b", "/x/..;/login", "*"] {
         let head = format!("OPTIONS {target} HTTP/1.1\r\nHost: a\r\n\r\n");

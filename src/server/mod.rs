@@ -37,6 +37,8 @@ use crate::proxy::Runtime;
 use crate::tls::server::{CertResolver, acceptor};
 use admin::AdminState;
 use connection::{ConnectionSettings, Protocols};
+#[cfg(fuzzing)]
+pub use http1::parse_for_fuzzing;
 use hyper_conn::HyperServers;
 use reload::Generation;
 pub use reload::{ReloadError, Reloader, watch_files};

@@ -202,6 +202,15 @@ enum Parsed {
     Other,
 }
 
+/// The request the own server reads from `bytes`, if it serves it: for the fuzz targets.
+#[cfg(fuzzing)]
+pub fn parse_for_fuzzing(bytes: &[u8]) -> Option<ProxyRequest> {
+    match parse_request(&mut BytesMut::from(bytes)) {
+        Parsed::Request(request) => Some(request),
+        Parsed::Partial | Parsed::Other => None,
+    }
+}
+
 /// The request head at the start of `read`, split off it when it is one served here; when
 /// it is not, `read` is left as it was, for hyper.
 fn parse_request(read: &mut BytesMut) -> Parsed {
