@@ -35,6 +35,7 @@ pub fn path(bytes: &[u8]) {
 
 /// A host's canonical form is canonical, and its name a prefix of it.
 pub fn host(bytes: &[u8]) {
+    host::check_the_fast_path(bytes);
     if let Ok(canonical) = host::canonical(bytes) {
         let text = canonical.text.as_ref();
         assert!(canonical.name_len <= text.len() && canonical.name_len > 0);
@@ -73,8 +74,7 @@ pub fn request(bytes: &[u8]) {
 type Facts = (Method, Option<String>, String, Vec<(String, String)>);
 
 fn facts(request: Request) -> Facts {
-    let host =
-        (request.host.as_ref()).map(|h| String::from_utf8_lossy(h.value().as_bytes()).into_owned());
+    let host = (request.host.as_ref()).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
     (
         request.method.clone(),
         host,

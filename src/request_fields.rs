@@ -78,7 +78,7 @@ impl FieldLines {
         };
         let (name_start, _) = start_of(name)?;
         let (value_start, value_end) = start_of(value)?;
-        self.underscored |= name.contains(&b'_');
+        self.underscored |= has_underscore(name);
         self.places.push(Place {
             name_start,
             value_start,
@@ -282,6 +282,23 @@ pub(crate) fn same_name(field: &[u8], lower: &[u8]) -> bool {
         && (fields.remainder().iter())
             .zip(lowers.remainder())
             .all(|(f, l)| f.to_ascii_lowercase() == *l)
+}
+
+/// Whether `name` has a `_`, eight bytes at a time (a byte at a time cost a request ~250
+/// instructions over its fields).
+fn has_underscore(name: &[u8]) -> bool {
+    const EACH: u64 = 0x0101_0101_0101_0101;
+    let word_has = |chunk: &[u8]| {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+        let zeroed = word ^ (EACH * u64::from(b'_'));
+        zeroed.wrapping_sub(EACH) & !zeroed & (EACH * 0x80) != 0
+    };
+    if name.len() < 8 {
+        return name.contains(&b'_');
+    }
+    // The last eight bytes, overlapping words already seen, cover the rest.
+    let last = &name[name.len() - 8..];
+    name.chunks_exact(8).any(word_has) || word_has(last)
 }
 
 /// Each byte of `word` lowered when it is an ASCII capital letter. A byte of 0x80 or more

@@ -67,6 +67,10 @@ impl GatewayError {
     /// The status for this error, decided here and nowhere else.
     pub fn status(&self) -> StatusCode {
         match self {
+            // RFC 9112 §6.1: a transfer coding the server does not understand.
+            GatewayError::BadRequest(crate::canonical::BadRequest::TransferCoding(_)) => {
+                StatusCode::NOT_IMPLEMENTED
+            }
             GatewayError::BadRequest(_)
             | GatewayError::RepeatedKey { .. }
             | GatewayError::BadRequestBody(_) => StatusCode::BAD_REQUEST,
@@ -267,7 +271,14 @@ fn push_number(out: &mut Vec<u8>, key: &str, value: u64) {
 /// Turns an error into its problem+json answer.
 pub fn error_response(error: &GatewayError, request_id: &RequestId) -> Response<ResponseBody> {
     let status = error.status();
-    if status.is_server_error() {
+    // A client's malformed request is its own business, whatever status answers it.
+    let clients = matches!(
+        error,
+        GatewayError::BadRequest(_)
+            | GatewayError::RepeatedKey { .. }
+            | GatewayError::BadRequestBody(_)
+    );
+    if status.is_server_error() && !clients {
         tracing::warn!(error = %error, source = ?std::error::Error::source(error), "request failed");
     } else {
         tracing::debug!(error = %error, "request refused");

@@ -308,3 +308,123 @@ async fn an_http_2_host_must_name_the_authority() {
     assert!(refused(Via::H2, status), "{status}");
     assert!(drain(&mut received).is_empty());
 }
+
+#[tokio::test]
+async fn a_key_padded_with_blanks_over_http_2_is_refused() {
+    let (upstream, mut received) = recording_upstream().await;
+    let gateway = keyed_gateway(&upstream, "deny", "").await;
+    for value in [" victim", "victim ", "\tvictim", " ", "victim\t"] {
+        let fields = [("Host", "api.test"), ("x-api-key", value)];
+        let raw = Raw {
+            method: "GET",
+            target: "/",
+            fields: &fields,
+        };
+        let status = status_via(gateway.addr, Via::H2, &raw).await;
+        assert!(refused(Via::H2, status), "{value:?}: {status}");
+    }
+    assert!(drain(&mut received).is_empty());
+}
+
+#[tokio::test]
+async fn every_spelling_of_a_spent_cookie_is_that_cookie() {
+    let (upstream, mut received) = recording_upstream().await;
+    let config = format!(
+        "[[limits]]\nname = \"per-session\"\nkey = [\"cookie:session\"]\nmissing = \"skip\"\n\
+         rates = [{{ limit = 1, per = \"1m\" }}]\n{}limits = [\"per-session\"]\n",
+        one_route_config(&[upstream.url()], "")
+    );
+    let gateway = TestGateway::start(&config).await;
+    let spent = "GET / HTTP/1.1\r\nHost: api.test\r\nCookie: session=S1\r\n\r\n";
+    assert_eq!(raw_status(gateway.addr, spent.as_bytes()).await, 200);
+    let spellings: [&[u8]; 6] = [
+        b"Cookie: session=S1; t=\xe9",
+        b"Cookie: a=1, session=S1",
+        b"Cookie: session=%531",
+        b"Cookie: session=\"\\1231\"",
+        b"Cookie: s%65ssion=S1",
+        b"Cookie: a=1\r\nCookie: session=\"S1\"",
+    ];
+    for spelling in spellings {
+        let mut head = b"GET / HTTP/1.1\r\nHost: api.test\r\n".to_vec();
+        head.extend_from_slice(spelling);
+        head.extend_from_slice(b"\r\n\r\n");
+        let text = String::from_utf8_lossy(spelling);
+        assert_eq!(raw_status(gateway.addr, &head).await, 429, "{text}");
+    }
+    assert_eq!(drain(&mut received).len(), 1);
+}
+
+#[tokio::test]
+async fn http_2_cookie_crumbs_reach_the_upstream_as_one_field() {
+    let (upstream, mut received) = recording_upstream().await;
+    let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
+    let fields = [
+        ("Host", "api.test"),
+        ("cookie", "a=1"),
+        ("cookie", "session=s"),
+    ];
+    let raw = Raw {
+        method: "GET",
+        target: "/",
+        fields: &fields,
+    };
+    assert_eq!(status_via(gateway.addr, Via::H2, &raw).await, 200);
+    assert_eq!(drain(&mut received)[0].all("cookie"), ["a=1; session=s"]);
+}
+
+#[tokio::test]
+async fn overrides_of_method_path_and_client_never_reach_the_upstream() {
+    let (upstream, mut received) = recording_upstream().await;
+    let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
+    let fields = [
+        ("Host", "api.test"),
+        ("X-HTTP-Method-Override", "DELETE"),
+        ("X-HTTP-Method", "DELETE"),
+        ("X-Method-Override", "DELETE"),
+        ("X-Original-URL", "/admin"),
+        ("X-Rewrite-URL", "/admin"),
+        ("Forwarded", "for=192.0.2.1"),
+        ("X-Real-IP", "192.0.2.1"),
+        ("X-Kept", "1"),
+    ];
+    let raw = Raw {
+        method: "GET",
+        target: "/",
+        fields: &fields,
+    };
+    for via in EVERY_WAY {
+        assert_eq!(status_via(gateway.addr, via, &raw).await, 200, "{via:?}");
+        let seen = drain(&mut received);
+        let names: Vec<&str> = seen[0].fields.iter().map(|(n, _)| n.as_str()).collect();
+        for gone in [
+            "x-http-method-override",
+            "x-http-method",
+            "x-method-override",
+            "x-original-url",
+            "x-rewrite-url",
+            "forwarded",
+            "x-real-ip",
+        ] {
+            assert!(!names.contains(&gone), "{via:?}: {gone} in {names:?}");
+        }
+        assert_eq!(seen[0].all("x-kept"), ["1"], "{via:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_host_with_two_trailing_dots_or_an_authority_form_target_is_refused() {
+    let (upstream, mut received) = recording_upstream().await;
+    let gateway = host_gateway(&upstream).await;
+    for head in [
+        "GET / HTTP/1.1\r\nHost: partner.example..\r\n\r\n",
+        "GET partner.example HTTP/1.1\r\nHost: partner.example\r\n\r\n",
+    ] {
+        assert_eq!(
+            raw_status(gateway.addr, head.as_bytes()).await,
+            400,
+            "{head}"
+        );
+    }
+    assert!(drain(&mut received).is_empty());
+}

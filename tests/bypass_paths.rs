@@ -136,3 +136,54 @@ async fn escaped_slashes_are_kept_encoded_or_refused() {
     }
     assert!(drain(&mut received).is_empty());
 }
+
+#[tokio::test]
+async fn segment_parameters_are_not_a_way_around_a_route() {
+    for via in EVERY_WAY {
+        let (upstream, mut received) = recording_upstream().await;
+        let gateway = login_gateway(&upstream, true, "").await;
+        assert_eq!(post(gateway.addr, via, "/login").await, 200, "{via:?}");
+        for target in [
+            "/;x/login",
+            "/;/login",
+            "/login;jsessionid=1",
+            "/x;a/../login",
+        ] {
+            assert_eq!(
+                post(gateway.addr, via, target).await,
+                429,
+                "{via:?} {target}"
+            );
+        }
+        let targets: Vec<String> = drain(&mut received).into_iter().map(|r| r.target).collect();
+        assert_eq!(targets, ["/login"], "{via:?}");
+    }
+}
+
+#[tokio::test]
+async fn head_counts_with_get_on_a_get_route() {
+    let (upstream, mut received) = recording_upstream().await;
+    let config = format!(
+        "[[upstreams]]\nname = \"api\"\nservers = [\"{}\"]\n\
+         [[limits]]\nname = \"reads\"\nkey = [\"ip\"]\nrates = [{{ limit = 1, per = \"1m\" }}]\n\
+         [[routes]]\nname = \"reads\"\npath_prefix = \"/reads\"\nmethods = [\"GET\"]\nupstream = \"api\"\nlimits = [\"reads\"]\n\
+         [[routes]]\nname = \"default\"\nupstream = \"api\"\n",
+        upstream.url()
+    );
+    let gateway = TestGateway::start(&config).await;
+    let fields = [("Host", "api.test")];
+    let get = Raw {
+        method: "GET",
+        target: "/reads",
+        fields: &fields,
+    };
+    assert_eq!(status_via(gateway.addr, Via::Own, &get).await, 200);
+    for via in EVERY_WAY {
+        let head = Raw {
+            method: "HEAD",
+            ..get
+        };
+        assert_eq!(status_via(gateway.addr, via, &head).await, 429, "{via:?}");
+    }
+    assert_eq!(drain(&mut received).len(), 1);
+}

@@ -212,3 +212,13 @@ async fn connect_is_never_forwarded() {
     }
     assert!(drain(&mut received).is_empty());
 }
+
+#[tokio::test]
+async fn a_transfer_coding_other_than_chunked_is_not_implemented() {
+    let (upstream, mut received) = recording_upstream().await;
+    let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
+    let request = "POST / HTTP/1.1\r\nHost: api.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n\
+        5\r\nhello\r\n0\r\n\r\n";
+    assert_eq!(raw_status(gateway.addr, request.as_bytes()).await, 501);
+    assert!(drain(&mut received).is_empty());
+}

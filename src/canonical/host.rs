@@ -45,6 +45,17 @@ pub struct CanonicalHost<'a> {
 
 /// The canonical form of `raw`, borrowed when `raw` is canonical already.
 pub fn canonical(raw: &[u8]) -> Result<CanonicalHost<'_>, HostError> {
+    match canonical_as_it_is(raw) {
+        Some(name_len) => Ok(CanonicalHost {
+            text: Cow::Borrowed(raw),
+            name_len,
+        }),
+        None => checked_in_full(raw),
+    }
+}
+
+/// The canonical form of `raw`, each part checked and rebuilt when it needs to be.
+fn checked_in_full(raw: &[u8]) -> Result<CanonicalHost<'_>, HostError> {
     if raw.is_empty() {
         return Err(HostError::Empty);
     }
@@ -72,6 +83,52 @@ pub fn canonical(raw: &[u8]) -> Result<CanonicalHost<'_>, HostError> {
         text: Cow::Owned(text),
         name_len,
     })
+}
+
+/// The name's length when `raw` is canonical already: a lower-case name of letters, digits,
+/// `-`, `_` and single dots, neither starting nor ending with one, and an optional port without
+/// a leading zero. One pass, for the Host nearly every request carries (the checks below took
+/// ~500 instructions a request).
+fn canonical_as_it_is(raw: &[u8]) -> Option<usize> {
+    // A name may not start with a dot: as if one came before it.
+    let mut previous = b'.';
+    let mut name_len = raw.len();
+    for (i, &byte) in raw.iter().enumerate() {
+        match byte {
+            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' => {}
+            b'.' if previous != b'.' => {}
+            b':' => {
+                name_len = i;
+                break;
+            }
+            _ => return None,
+        }
+        previous = byte;
+    }
+    if name_len == 0 || name_len > MAX_NAME || previous == b'.' {
+        return None;
+    }
+    match raw.get(name_len + 1..) {
+        None => Some(name_len),
+        Some([first, rest @ ..]) if *first != b'0' && rest.len() < 5 => {
+            let port = raw[name_len + 1..].iter().try_fold(0u32, |port, &digit| {
+                digit
+                    .is_ascii_digit()
+                    .then(|| port * 10 + u32::from(digit - b'0'))
+            })?;
+            (port <= 65535).then_some(name_len)
+        }
+        Some(_) => None,
+    }
+}
+
+/// For the fuzz target: the one-pass check takes nothing the full check would change.
+#[cfg(fuzzing)]
+pub fn check_the_fast_path(raw: &[u8]) {
+    if let Some(name_len) = canonical_as_it_is(raw) {
+        let full = checked_in_full(raw).expect("a host taken as it is is valid");
+        assert_eq!((full.text.as_ref(), full.name_len), (raw, name_len));
+    }
 }
 
 /// The name and the port's digits (None without a port).
@@ -102,6 +159,7 @@ fn canonical_name(name: &[u8]) -> Result<Cow<'_, [u8]>, HostError> {
         && trimmed.len() <= MAX_NAME
         && trimmed.iter().all(valid_byte)
         && !trimmed.starts_with(b".")
+        && !trimmed.ends_with(b".")
         && !trimmed.windows(2).any(|pair| pair == b"..");
     if !valid {
         return Err(HostError::Invalid);
@@ -185,6 +243,22 @@ mod tests {
         }
     }
 
+    /// The one-pass check agrees with the full one: whatever it takes as canonical, the full
+    /// check leaves as it is.
+    #[test]
+    fn the_fast_check_takes_only_what_is_canonical() {
+        let samples = [
+            "a", "a.b", "a.b.", ".a", "a..b", "A", "a:80", "a:080", "a:0", "a:", "a:65535",
+            "a:65536", "a:123456", "a:8x", "[::1]", "a_b-c.d9", "a b", "a,b", ":80", "",
+        ];
+        for raw in samples {
+            if let Some(name_len) = canonical_as_it_is(raw.as_bytes()) {
+                let full = checked_in_full(raw.as_bytes()).unwrap();
+                assert_eq!((&full.text[..], full.name_len), (raw.as_bytes(), name_len));
+            }
+        }
+    }
+
     #[test]
     fn malformed_hosts_are_refused() {
         assert_eq!(text(""), Err(HostError::Empty));
@@ -196,6 +270,8 @@ mod tests {
             ".",
             ".api",
             "api..example",
+            "api.example..",
+            "api.example..:80",
             "api/x",
             "api\\x",
             "api%2ex",

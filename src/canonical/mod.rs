@@ -15,6 +15,7 @@ mod upgrade;
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use http::header::UPGRADE;
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, Uri, Version};
@@ -71,39 +72,42 @@ pub enum BadRequest {
     Path(PathError),
     #[error("the field name {0:?} has an underscore, which this gateway does not accept")]
     Underscore(String),
+    #[error("the value of {0:?} starts or ends with a blank")]
+    PaddedValue(String),
+    #[error("the transfer coding {0:?} is not implemented: only chunked is")]
+    TransferCoding(String),
 }
 
-/// The host a request asked for, in canonical form (`host::canonical`).
+/// The host a request asked for, in canonical form (`host::canonical`): ASCII letters,
+/// digits and `-._:[]`, so a field value as it is.
 #[derive(Debug, Clone)]
 pub struct Host {
-    value: HeaderValue,
+    value: Bytes,
     name_len: usize,
 }
 
 impl Host {
     /// Name and port, as the upstream receives it in Host and X-Forwarded-Host.
-    pub fn value(&self) -> &HeaderValue {
+    pub fn as_bytes(&self) -> &[u8] {
         &self.value
     }
 
-    pub fn into_value(self) -> HeaderValue {
+    pub fn into_bytes(self) -> Bytes {
         self.value
     }
 
     /// The name without the port: what routes and `host` keys read.
     pub fn name(&self) -> &[u8] {
-        &self.value.as_bytes()[..self.name_len]
+        &self.value[..self.name_len]
     }
 
     /// The canonical form of `raw` (reusing it when it is canonical already).
-    fn of(raw: HeaderValue) -> Result<Host, HostError> {
-        let canonical = host::canonical(raw.as_bytes())?;
+    fn of(raw: Bytes) -> Result<Host, HostError> {
+        let canonical = host::canonical(&raw)?;
         let name_len = canonical.name_len;
         let value = match canonical.text {
             std::borrow::Cow::Borrowed(_) => raw,
-            std::borrow::Cow::Owned(text) => {
-                HeaderValue::from_bytes(&text).map_err(|_| HostError::Invalid)?
-            }
+            std::borrow::Cow::Owned(text) => Bytes::from(text),
         };
         Ok(Host { value, name_len })
     }
@@ -121,16 +125,25 @@ pub struct Upgrade {
 pub struct Request {
     pub method: Method,
     pub host: Option<Host>,
-    /// The canonical path and the query as sent: what routes match and the upstream receives.
+    /// The canonical path and the query as sent: what the upstream receives.
     pub target: PathAndQuery,
+    /// The path without segment parameters, when it had some (`path::without_parameters`).
+    matched_path: Option<Box<str>>,
     pub fields: RequestFields,
     pub upgrade: Option<Upgrade>,
     pub body: UpstreamBody,
 }
 
 impl Request {
+    /// The canonical path, as the upstream receives it.
     pub fn path(&self) -> &str {
         self.target.path()
+    }
+
+    /// The path routes match and `path` keys count: the canonical path without segment
+    /// parameters.
+    pub fn matched_path(&self) -> &str {
+        self.matched_path.as_deref().unwrap_or(self.path())
     }
 
     pub fn query(&self) -> Option<&str> {
@@ -149,6 +162,15 @@ pub fn canonicalize(raw: ProxyRequest, policy: &Policy) -> Result<Request, BadRe
         body,
     } = raw;
     check_method(&method)?;
+    if let Some(name) = fields.first_padded() {
+        return Err(BadRequest::PaddedValue(name.to_owned()));
+    }
+    if let Some(codings) = fields.transfer_codings() {
+        return Err(BadRequest::TransferCoding(codings));
+    }
+    if version == Version::HTTP_2 {
+        fields.join_cookies();
+    }
     // Read before the hop-by-hop fields go: the upgrade asked for is one of them.
     let protocols = wants_upgrade(&fields)
         .then(|| fields.value(&UPGRADE))
@@ -165,6 +187,10 @@ pub fn canonicalize(raw: ProxyRequest, policy: &Policy) -> Result<Request, BadRe
     }
     let host = requested_host(&mut fields, &uri, version)?;
     let target = canonical_target(uri, policy.escaped_slashes)?;
+    let matched_path = match path::without_parameters(target.path()) {
+        std::borrow::Cow::Borrowed(_) => None,
+        std::borrow::Cow::Owned(matched) => Some(matched.into_boxed_str()),
+    };
     let body = match body {
         Either::Left(incoming) => Either::Left(ClientBody::new(incoming, policy.trailers.clone())),
         Either::Right(empty) => Either::Right(empty),
@@ -173,6 +199,7 @@ pub fn canonicalize(raw: ProxyRequest, policy: &Policy) -> Result<Request, BadRe
         method,
         host,
         target,
+        matched_path,
         fields,
         upgrade: protocols.map(|protocols| Upgrade {
             protocols,
@@ -212,12 +239,8 @@ fn requested_host(
         return Err(BadRequest::RepeatedHost);
     }
     let field = field.map(Host::of).transpose().map_err(BadRequest::Host)?;
-    let authority = uri
-        .authority()
-        .map(|authority| HeaderValue::from_str(authority.as_str()))
-        .transpose()
-        .map_err(|_| BadRequest::Host(HostError::Invalid))?
-        .map(Host::of)
+    let authority = (uri.authority())
+        .map(|authority| Host::of(Bytes::copy_from_slice(authority.as_str().as_bytes())))
         .transpose()
         .map_err(BadRequest::Host)?;
     match (version, authority, field) {

@@ -6,6 +6,7 @@
 //!
 //! Pure and allocation-free for a path that is already canonical: most are.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// What to do with `%2F` and `%5C`, which some upstreams decode into `/` and `\` before they
@@ -150,9 +151,12 @@ fn decode_unreserved(path: &[u8], slashes: EscapedSlashes) -> Result<Vec<u8>, Pa
                 }
                 .ok_or(PathError::InvalidPercentEncoding)?;
                 rest = &tail[2..];
+                let reject = slashes == EscapedSlashes::Reject;
                 match value {
                     0 => return Err(PathError::Nul),
-                    b'/' | b'\\' if slashes == EscapedSlashes::Reject => {
+                    b'/' | b'\\' if reject => return Err(PathError::EscapedSlash),
+                    // `%252F`: a slash to an upstream that decodes twice.
+                    b'%' if reject && encodes_a_slash(rest) => {
                         return Err(PathError::EscapedSlash);
                     }
                     value if is_unreserved(value) => out.push(value),
@@ -165,6 +169,11 @@ fn decode_unreserved(path: &[u8], slashes: EscapedSlashes) -> Result<Vec<u8>, Pa
         }
     }
     Ok(out)
+}
+
+/// Whether `text` starts with `2F` or `5C`, in any case.
+fn encodes_a_slash(text: &[u8]) -> bool {
+    matches!(text.get(..2), Some(hex) if hex.eq_ignore_ascii_case(b"2f") || hex.eq_ignore_ascii_case(b"5c"))
 }
 
 fn hex_value(digit: u8) -> Option<u8> {
@@ -212,6 +221,28 @@ fn remove_dot_segments(path: &[u8]) -> Result<String, PathError> {
     }
     // Only ASCII was pushed: every other byte was percent-encoded.
     Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// A canonical `path` as routes match it and `path` keys count it: each segment's parameters
+/// (`;x`) removed, as Java servlet containers remove them before they route, and segments
+/// left empty merged, so `/;x/login` and `/login;jsessionid=1` are `/login`. The upstream
+/// still receives the path with its parameters. Borrowed when there is no `;`.
+pub fn without_parameters(path: &str) -> Cow<'_, str> {
+    if !path.contains(';') {
+        return Cow::Borrowed(path);
+    }
+    let segments: Vec<&str> = (path[1..].split('/'))
+        .map(|segment| segment.split(';').next().unwrap_or_default())
+        .collect();
+    let mut matched = String::with_capacity(path.len());
+    for segment in segments.iter().filter(|segment| !segment.is_empty()) {
+        matched.push('/');
+        matched.push_str(segment);
+    }
+    if matched.is_empty() || segments.last().is_some_and(|last| last.is_empty()) {
+        matched.push('/');
+    }
+    Cow::Owned(matched)
 }
 
 /// `.;x` or `..;x`: a segment of one or two dots followed by parameters.

@@ -45,6 +45,10 @@ pub(super) fn path_prefix(raw: &RawRoute, path: &str, problems: &mut Problems) -
     let prefix = raw.path_prefix.clone().unwrap_or_else(|| "/".to_string());
     let key = format!("{path}.path_prefix");
     match path::normalize(&prefix, EscapedSlashes::Keep) {
+        Ok(None) if prefix.contains(';') => problems.push(
+            key,
+            format!("expected a path without `;` parameters, which routes do not match, got {prefix:?}"),
+        ),
         Ok(None) => {}
         Ok(Some(canonical)) => problems.push(
             key,
@@ -61,7 +65,9 @@ pub(super) fn path_prefix(raw: &RawRoute, path: &str, problems: &mut Problems) -
 }
 
 /// Methods as requests must spell them: upper-case letters, `_` and `-` (any other request
-/// method is refused before routing, so a route naming one could never match).
+/// method is refused before routing, so a route naming one could never match). GET brings
+/// HEAD, as nginx's `limit_except GET` does: frameworks answer HEAD with the GET handler, so
+/// a limit on GET must count HEAD too.
 pub(super) fn methods(texts: &[String], path: &str, problems: &mut Problems) -> Vec<Method> {
     if texts.is_empty() {
         problems.push(
@@ -75,7 +81,7 @@ pub(super) fn methods(texts: &[String], path: &str, problems: &mut Problems) -> 
                 .bytes()
                 .all(|b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
     };
-    texts
+    let mut methods: Vec<Method> = texts
         .iter()
         .enumerate()
         .filter_map(|(i, text)| {
@@ -91,7 +97,11 @@ pub(super) fn methods(texts: &[String], path: &str, problems: &mut Problems) -> 
                 }
             }
         })
-        .collect()
+        .collect();
+    if methods.contains(&Method::GET) && !methods.contains(&Method::HEAD) {
+        methods.push(Method::HEAD);
+    }
+    methods
 }
 
 /// The protocols a route passes as upgrades, lower-case; `["websocket"]` by default.

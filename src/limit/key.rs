@@ -10,7 +10,8 @@ use std::net::IpAddr;
 use http::{HeaderName, Method};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use crate::request_fields::{Repeated, RequestFields, visible_text};
+use crate::request_fields::{Repeated, RequestFields};
+use values::{cookie_value, query_value};
 
 /// One part of a limit key, as written in `key = [...]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +141,7 @@ impl RequestFacts<'_> {
                 None => return Ok(None),
             },
             KeyPart::Cookie(name) => match cookie_value(self.fields, name)? {
-                Some(value) => text(value.as_bytes()),
+                Some(value) => PartValue::Text(value),
                 None => return Ok(None),
             },
         }))
@@ -150,71 +151,6 @@ impl RequestFacts<'_> {
 pub enum PartValue<'a> {
     Ip(IpAddr),
     Text(Cow<'a, [u8]>),
-}
-
-/// The value of the query parameter `name`, decoded as `application/x-www-form-urlencoded`
-/// (names too), since upstreams read `?k%65y=%61bc` as `key=abc`; `Repeated` when the name
-/// occurs twice, as frameworks disagree on which one counts.
-fn query_value<'q>(query: &'q str, name: &str) -> Result<Option<Cow<'q, [u8]>>, Repeated> {
-    let mut found: Option<Cow<'q, [u8]>> = None;
-    for pair in query.split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if form_decoded(key.as_bytes()).as_ref() != name.as_bytes() {
-            continue;
-        }
-        if found.is_some() {
-            return Err(Repeated);
-        }
-        found = Some(form_decoded(value.as_bytes()));
-    }
-    Ok(found.filter(|value| !value.is_empty()))
-}
-
-/// `+` as a space and `%XX` as its byte; a `%` without two hex digits stays as it is.
-fn form_decoded(text: &[u8]) -> Cow<'_, [u8]> {
-    if !text.iter().any(|&b| b == b'%' || b == b'+') {
-        return Cow::Borrowed(text);
-    }
-    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(text.len());
-    let mut i = 0;
-    while i < text.len() {
-        let decoded = match text[i] {
-            b'+' => Some((b' ', 1)),
-            b'%' => (text.get(i + 1).copied().and_then(hex))
-                .zip(text.get(i + 2).copied().and_then(hex))
-                .map(|(high, low)| (high << 4 | low, 3)),
-            _ => None,
-        };
-        let (byte, width) = decoded.unwrap_or((text[i], 1));
-        out.push(byte);
-        i += width;
-    }
-    Cow::Owned(out)
-}
-
-/// The cookie called `name` across Cookie lines (one pair of surrounding quotes removed, as
-/// RFC 6265 §4.1.1 allows them and servers drop them); `Repeated` when it is there twice.
-fn cookie_value<'h>(fields: &'h RequestFields, name: &str) -> Result<Option<&'h str>, Repeated> {
-    let mut found = None;
-    let lines = fields
-        .get_all(&http::header::COOKIE)
-        .filter_map(visible_text);
-    for pair in lines.flat_map(|line| line.split(';')) {
-        let Some((key, value)) = pair.trim().split_once('=') else {
-            continue;
-        };
-        if key.trim() != name {
-            continue;
-        }
-        if found.is_some() {
-            return Err(Repeated);
-        }
-        let value = value.trim();
-        let unquoted = value.strip_prefix('"').and_then(|v| v.strip_suffix('"'));
-        found = Some(unquoted.unwrap_or(value));
-    }
-    Ok(found.filter(|value| !value.is_empty()))
 }
 
 /// A 128-bit identity hash.
@@ -296,3 +232,4 @@ fn write_field(hasher: &mut SipHasher13, tag: u8, bytes: &[u8]) {
 
 #[cfg(test)]
 mod tests;
+mod values;

@@ -65,7 +65,7 @@ pub async fn admit(
         route: &route.name,
         method: &request.method,
         host: request.host.as_ref().map(Host::name),
-        path: request.path(),
+        path: request.matched_path(),
         path_in_any_case: route.case_insensitive(),
         query: request.query(),
         fields: &request.fields,

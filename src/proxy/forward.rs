@@ -43,6 +43,7 @@ pub fn forward<'r>(
         fields,
         upgrade,
         body,
+        ..
     } = request;
     let (protocols, client_upgrade) = match upgrade {
         Some(Upgrade {
@@ -55,7 +56,7 @@ pub fn forward<'r>(
         None => (None, None),
     };
     let wants_upgrade = protocols.is_some();
-    let host = host.map(Host::into_value);
+    let host = host.map(Host::into_bytes);
     let set = headers::to_upstream(&fields, forwarded, host, protocols);
     let retryable = may_send_again(&method, &body, wants_upgrade);
     let head = UpstreamHead {

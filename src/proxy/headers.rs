@@ -1,6 +1,7 @@
 //! Header rewriting between client and upstream: hop-by-hop headers (RFC 9110 §7.6.1) never
 //! cross the proxy, and the upstream learns who asked through X-Forwarded-*.
 
+use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -46,12 +47,18 @@ pub(crate) enum Role {
     Upgrade,
     /// Keep-Alive, TE, Trailer, Proxy-*: for this connection only.
     HopByHop,
+    /// X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, X-Original-URL,
+    /// X-Rewrite-URL: in a request, they make frameworks execute another method or path than
+    /// the one routed and counted, so no request carries them upstream. End to end in a
+    /// response.
+    Override,
     /// End to end, told apart so that a request's Host is found without comparing names.
     Host,
 }
 
 impl Role {
-    /// For this connection only: never forwarded.
+    /// Never forwarded in a request: for this connection only, or an override of what was
+    /// judged.
     pub(crate) fn is_hop_by_hop(self) -> bool {
         !matches!(self, Role::EndToEnd | Role::ContentLength | Role::Host)
     }
@@ -90,6 +97,10 @@ pub(crate) fn role(name: &[u8]) -> Role {
         (7, b'u') if is("upgrade") => Role::Upgrade,
         (10, b'c') if is("connection") => Role::Connection,
         (10, b'k') if is("keep-alive") => Role::HopByHop,
+        (13, b'x') if is("x-http-method") || is("x-rewrite-url") => Role::Override,
+        (14, b'x') if is("x-original-url") => Role::Override,
+        (17, b'x') if is("x-method-override") => Role::Override,
+        (22, b'x') if is("x-http-method-override") => Role::Override,
         (14, b'c') if is("content-length") => Role::ContentLength,
         (17, b't') if is("transfer-encoding") => Role::TransferEncoding,
         (6.., b'p') if same_name(&name[..6], b"proxy-") => Role::HopByHop,
@@ -141,7 +152,7 @@ pub struct Forwarded<'a> {
 pub struct SetFields {
     /// The canonical host the request asked for, or (when it named none: HTTP/1.0, a health
     /// check) the server's authority, which the pool puts here. Written first of all fields.
-    pub host: Option<HeaderValue>,
+    pub host: Option<Bytes>,
     /// X-Forwarded-Host repeats `host`: only when the client named it. Not derived from
     /// `host`: when the client named no host, the pool puts its server's authority there.
     pub forward_host: bool,
@@ -150,18 +161,22 @@ pub struct SetFields {
     pub request_id: Option<RequestId>,
     /// The protocol of an upgrade the client asked for (with `Connection: upgrade`).
     pub upgrade: Option<HeaderValue>,
+    /// The peer is a trusted proxy: its `Forwarded` and `X-Real-IP` say who the client is.
+    pub peer_trusted: bool,
 }
 
 impl SetFields {
-    /// True for a client field that the gateway's own replaces: whatever a client says about
-    /// who forwarded it never reaches the upstream unchecked.
-    pub fn replaces(name: &[u8]) -> bool {
-        let is = |known: &HeaderName| name.eq_ignore_ascii_case(known.as_str().as_bytes());
+    /// True for a client field that the gateway's own replace, or (from a peer that is not a
+    /// trusted proxy) another claim of who the client is: whatever a client says about who
+    /// forwarded it never reaches the upstream unchecked.
+    pub fn leaves_out(&self, name: &[u8]) -> bool {
+        let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
         match name.len() {
-            12 => is(&X_REQUEST_ID),
-            15 => is(&X_FORWARDED_FOR),
-            16 => is(&X_FORWARDED_HOST),
-            17 => is(&X_FORWARDED_PROTO),
+            12 => is(X_REQUEST_ID.as_str()),
+            15 => is(X_FORWARDED_FOR.as_str()),
+            16 => is(X_FORWARDED_HOST.as_str()),
+            17 => is(X_FORWARDED_PROTO.as_str()),
+            9 => !self.peer_trusted && (is("forwarded") || is("x-real-ip")),
             _ => false,
         }
     }
@@ -170,7 +185,7 @@ impl SetFields {
     pub(crate) fn encode_host(&self, buf: &mut Vec<u8>) {
         if let Some(host) = &self.host {
             buf.extend_from_slice(b"host: ");
-            buf.extend_from_slice(host.as_bytes());
+            buf.extend_from_slice(host);
             buf.extend_from_slice(b"\r\n");
         }
     }
@@ -181,10 +196,7 @@ impl SetFields {
     pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
         let client_host = self.host.as_ref().filter(|_| self.forward_host);
         let lines: [(&[u8], Option<&[u8]>); 6] = [
-            (
-                b"\r\nx-forwarded-host: ",
-                client_host.map(HeaderValue::as_bytes),
-            ),
+            (b"\r\nx-forwarded-host: ", client_host.map(|host| &host[..])),
             (b"\r\nx-forwarded-for: ", bytes(&self.forwarded_for)),
             (
                 b"\r\nx-forwarded-proto: ",
@@ -224,7 +236,7 @@ fn bytes(field: &Option<HeaderValue>) -> Option<&[u8]> {
 pub fn to_upstream(
     fields: &RequestFields,
     forwarded: &Forwarded<'_>,
-    host: Option<HeaderValue>,
+    host: Option<Bytes>,
     upgrade: Option<HeaderValue>,
 ) -> SetFields {
     let forwarded_for = if forwarded.peer_trusted {
@@ -233,6 +245,7 @@ pub fn to_upstream(
         forwarded.peer.clone()
     };
     SetFields {
+        peer_trusted: forwarded.peer_trusted,
         forward_host: host.is_some(),
         host,
         forwarded_for: Some(forwarded_for),
@@ -303,6 +316,13 @@ mod tests {
             ("content-type", Role::EndToEnd),
             ("proxy", Role::EndToEnd),
             ("x-proxy-id", Role::EndToEnd),
+            ("X-HTTP-Method-Override", Role::Override),
+            ("x-http-method", Role::Override),
+            ("X-Method-Override", Role::Override),
+            ("X-Original-URL", Role::Override),
+            ("x-rewrite-url", Role::Override),
+            ("x-http-methods", Role::EndToEnd),
+            ("x-original-uri", Role::EndToEnd),
             ("", Role::EndToEnd),
         ] {
             assert_eq!(role(name.as_bytes()), expected, "{name:?}");
@@ -396,7 +416,7 @@ mod tests {
         let id = RequestId::Kept(HeaderValue::from_static("id-1"));
         let peer = HeaderValue::from_static("127.0.0.1");
         let forwarded = asked_by(&peer, &id, true);
-        let host = Some(HeaderValue::from_static("api.example.com"));
+        let host = Some(Bytes::from_static(b"api.example.com"));
         let from_untrusted = map.clone();
         map.strip_hop_by_hop();
         let set = to_upstream(&map, &forwarded, host.clone(), None);
@@ -428,7 +448,7 @@ mod tests {
             ..asked_by(&peer, &id, false)
         };
         for fields in both(&[("accept", "*/*")]) {
-            let host = HeaderValue::from_static("api.example.com:8443");
+            let host = Bytes::from_static(b"api.example.com:8443");
             let set = to_upstream(&fields, &forwarded, Some(host), None);
             let upstream = crate::proxy::upstream::UpstreamHead {
                 fields: fields.clone(),

@@ -309,7 +309,7 @@ fn proxy<'r>(
         let host = request.host.as_ref().map(Host::name);
         let route = runtime
             .router
-            .find(host, request.path(), &request.method)
+            .find(host, request.matched_path(), &request.method)
             .ok_or_else(|| GatewayError::NoRoute {
                 method: request.method.clone(),
                 path: request.path().to_string(),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
-use http::{HeaderValue, Method, Response, Uri};
+use http::{Method, Response, Uri};
 use http_body_util::{Either, Empty};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -54,7 +54,7 @@ pub struct ServerState {
     /// Where connections go: scheme and authority.
     pub address: Uri,
     /// The Host header for a request that came without one (HTTP/1.0).
-    pub host: HeaderValue,
+    pub host: Bytes,
     in_flight: AtomicUsize,
     passes_checks: AtomicBool,
     check_streak: AtomicU32,
@@ -86,8 +86,7 @@ impl UpstreamPool {
             .map(|server| ServerState {
                 label: server.to_string(),
                 address: address(server),
-                host: HeaderValue::from_str(server.authority.as_str())
-                    .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
+                host: Bytes::copy_from_slice(server.authority.as_str().as_bytes()),
                 server: server.clone(),
                 in_flight: AtomicUsize::new(0),
                 passes_checks: AtomicBool::new(true),

@@ -282,3 +282,11 @@ proptest! {
         prop_assert_eq!(read_back.pairs(), expected);
     }
 }
+
+proptest! {
+    /// Eight bytes at a time, the same answer as a byte at a time.
+    #[test]
+    fn an_underscore_is_found_wherever_it_is(name in "[a-zA-Z0-9_-]{0,40}") {
+        prop_assert_eq!(has_underscore(name.as_bytes()), name.contains('_'));
+    }
+}

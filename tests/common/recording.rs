@@ -92,6 +92,7 @@ pub enum Via {
 pub const EVERY_WAY: [Via; 3] = [Via::Own, Via::Hyper, Via::H2];
 
 /// A bodiless request: method, target, `Host` and other fields as the client spells them.
+#[derive(Clone, Copy)]
 pub struct Raw<'a> {
     pub method: &'a str,
     pub target: &'a str,

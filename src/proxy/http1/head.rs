@@ -92,7 +92,7 @@ pub(crate) fn encode_head(
     let framed_here = length.is_some();
     let framing = |name: &[u8]| matches!(role(name), Role::ContentLength | Role::TransferEncoding);
     head.fields.encode(buf, |name| {
-        !(SetFields::replaces(name) || framed_here && framing(name))
+        !(set.leaves_out(name) || framed_here && framing(name))
     });
     set.encode(buf);
     match length {

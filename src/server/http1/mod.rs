@@ -300,6 +300,7 @@ fn served_here(role: Role, name: &[u8], value: &[u8]) -> bool {
         Role::Connection => value.eq_ignore_ascii_case(b"keep-alive"),
         Role::ContentLength | Role::TransferEncoding | Role::Upgrade => false,
         Role::HopByHop => !name.eq_ignore_ascii_case(b"te"),
+        Role::Override => true,
         Role::EndToEnd => !name.eq_ignore_ascii_case(b"expect"),
         Role::Host => true,
     }
