@@ -52,12 +52,7 @@ async fn a_key_named_in_connection_is_gone_before_it_is_counted() {
         ("Connection", "X-Api-Key"),
         ("X-API-Key", "k"),
     ];
-    let raw = Raw {
-        method: "GET",
-        target: "/",
-        fields: &fields,
-    };
-    assert_eq!(status_via(denying.addr, Via::Hyper, &raw).await, 401);
+    assert_eq!(get_via(denying.addr, Via::Hyper, "/", &fields).await, 401);
     assert!(drain(&mut received).is_empty());
 }
 
@@ -106,12 +101,11 @@ async fn a_key_given_twice_is_refused_every_way_it_can_come() {
             ("X-API-Key", "k"),
             ("Cookie", "session=s"),
         ];
-        let raw = Raw {
-            method: "GET",
-            target: "/?key=v",
-            fields: &fields,
-        };
-        assert_eq!(status_via(gateway.addr, via, &raw).await, 200, "{via:?}");
+        assert_eq!(
+            get_via(gateway.addr, via, "/?key=v", &fields).await,
+            200,
+            "{via:?}"
+        );
     }
 }
 
@@ -261,12 +255,11 @@ async fn exactly_one_valid_host_and_the_upstream_gets_the_one_routed() {
         (Via::H2, "Partner.Example:443"),
     ] {
         let fields = [("Host", host)];
-        let raw = Raw {
-            method: "GET",
-            target: "/",
-            fields: &fields,
-        };
-        assert_eq!(status_via(gateway.addr, via, &raw).await, 200, "{via:?}");
+        assert_eq!(
+            get_via(gateway.addr, via, "/", &fields).await,
+            200,
+            "{via:?}"
+        );
         let seen = drain(&mut received);
         let expected = if via == Via::H2 {
             "partner.example:443"
@@ -315,12 +308,7 @@ async fn a_key_padded_with_blanks_over_http_2_is_refused() {
     let gateway = keyed_gateway(&upstream, "deny", "").await;
     for value in [" victim", "victim ", "\tvictim", " ", "victim\t"] {
         let fields = [("Host", "api.test"), ("x-api-key", value)];
-        let raw = Raw {
-            method: "GET",
-            target: "/",
-            fields: &fields,
-        };
-        let status = status_via(gateway.addr, Via::H2, &raw).await;
+        let status = get_via(gateway.addr, Via::H2, "/", &fields).await;
         assert!(refused(Via::H2, status), "{value:?}: {status}");
     }
     assert!(drain(&mut received).is_empty());
@@ -364,12 +352,7 @@ async fn http_2_cookie_crumbs_reach_the_upstream_as_one_field() {
         ("cookie", "a=1"),
         ("cookie", "session=s"),
     ];
-    let raw = Raw {
-        method: "GET",
-        target: "/",
-        fields: &fields,
-    };
-    assert_eq!(status_via(gateway.addr, Via::H2, &raw).await, 200);
+    assert_eq!(get_via(gateway.addr, Via::H2, "/", &fields).await, 200);
     assert_eq!(drain(&mut received)[0].all("cookie"), ["a=1; session=s"]);
 }
 

@@ -1,5 +1,5 @@
 use super::*;
-use crate::request_fields::tests::{lines_of, map_of};
+use crate::request_fields::tests::{lines_of, map_like};
 use http_body_util::Empty;
 
 fn policy(underscores: Underscores) -> Policy {
@@ -14,15 +14,11 @@ fn policy(underscores: Underscores) -> Policy {
 /// it (`version` overrides what the head says, for HTTP/2).
 fn both(head: &str, version: Version) -> [ProxyRequest; 2] {
     let lines = lines_of(head.as_bytes());
-    let pairs = lines.pairs();
-    let borrowed: Vec<(&str, &str)> = pairs
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-        .collect();
+    let map = map_like(&lines);
     let mut words = head.split(' ');
     let method = Method::from_bytes(words.next().unwrap().as_bytes()).unwrap();
     let uri: Uri = words.next().unwrap().parse().unwrap();
-    [lines, RequestFields::Map(map_of(&borrowed))].map(|fields| ProxyRequest {
+    [lines, RequestFields::Map(map)].map(|fields| ProxyRequest {
         method: method.clone(),
         uri: uri.clone(),
         version,

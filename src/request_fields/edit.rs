@@ -151,17 +151,12 @@ impl RequestFields {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request_fields::tests::{lines_of, map_of};
+    use crate::request_fields::tests::{lines_of, map_like};
 
     /// `pairs` as hyper's map and as the own server's lines.
     fn both(head: &str) -> [RequestFields; 2] {
         let lines = lines_of(head.as_bytes());
-        let pairs = lines.pairs();
-        let borrowed: Vec<(&str, &str)> = pairs
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect();
-        [RequestFields::Map(map_of(&borrowed)), lines]
+        [RequestFields::Map(map_like(&lines)), lines]
     }
 
     #[test]

@@ -41,6 +41,16 @@ fn title_case(name: &str) -> String {
         .collect()
 }
 
+/// The fields of `lines` in a map, as hyper would have read them.
+pub(crate) fn map_like(lines: &RequestFields) -> HeaderMap {
+    let pairs = lines.pairs();
+    let borrowed: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    map_of(&borrowed)
+}
+
 pub(crate) fn map_of(pairs: &[(&str, &str)]) -> HeaderMap {
     let mut map = HeaderMap::new();
     for (name, value) in pairs {

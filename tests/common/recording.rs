@@ -108,6 +108,16 @@ pub fn refused(via: Via, status: u16) -> bool {
     status == 400 || (via == Via::H2 && status == RESET)
 }
 
+/// A GET of `target` with `fields`, sent the way `via` says; its status.
+pub async fn get_via(addr: SocketAddr, via: Via, target: &str, fields: &[(&str, &str)]) -> u16 {
+    let raw = Raw {
+        method: "GET",
+        target,
+        fields,
+    };
+    status_via(addr, via, &raw).await
+}
+
 /// Sends `raw` to the gateway at `addr` the way `via` says and returns the status.
 pub async fn status_via(addr: SocketAddr, via: Via, raw: &Raw<'_>) -> u16 {
     match via {
