@@ -164,6 +164,8 @@ fn decode_unreserved(path: &[u8], slashes: EscapedSlashes) -> Result<Vec<u8>, Pa
                 }
             }
             b'\\' => return Err(PathError::Backslash),
+            // HTTP parsers refuse a raw NUL; refused here too, as its encoding is.
+            0 => return Err(PathError::Nul),
             byte if CLASSES[byte as usize] == Class::Other => push_encoded(&mut out, byte),
             byte => out.push(byte),
         }

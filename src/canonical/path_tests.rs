@@ -89,6 +89,7 @@ fn malformed_paths_are_refused() {
         ("/a%zz", PathError::InvalidPercentEncoding),
         ("/a%+1", PathError::InvalidPercentEncoding),
         ("/a%00b", PathError::Nul),
+        ("//\u{8}\0in", PathError::Nul),
         ("/a\\b", PathError::Backslash),
         ("/x/..;/login", PathError::DotSegmentWithParameters),
         ("/x/.;a/login", PathError::DotSegmentWithParameters),
