@@ -94,14 +94,15 @@ fn canonical_as_it_is(raw: &[u8]) -> Option<usize> {
     let mut previous = b'.';
     let mut name_len = raw.len();
     for (i, &byte) in raw.iter().enumerate() {
-        match byte {
-            b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' => {}
-            b'.' if previous != b'.' => {}
-            b':' => {
-                name_len = i;
-                break;
+        if !NAME_BYTES[usize::from(byte)] {
+            match byte {
+                b'.' if previous != b'.' => {}
+                b':' => {
+                    name_len = i;
+                    break;
+                }
+                _ => return None,
             }
-            _ => return None,
         }
         previous = byte;
     }
@@ -130,6 +131,18 @@ pub fn check_the_fast_path(raw: &[u8]) {
         assert_eq!((full.text.as_ref(), full.name_len), (raw, name_len));
     }
 }
+
+/// The bytes a canonical name has besides dots: lower-case letters, digits, `-` and `_`.
+const NAME_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let b = byte as u8;
+        table[byte] = b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_';
+        byte += 1;
+    }
+    table
+};
 
 /// The name and the port's digits (None without a port).
 fn split_port(raw: &[u8]) -> Result<(&[u8], Option<&[u8]>), HostError> {
