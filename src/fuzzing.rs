@@ -73,13 +73,17 @@ pub fn request(bytes: &[u8]) {
 /// What a canonical request says: method, host, target and fields.
 type Facts = (Method, Option<String>, String, Vec<(String, String)>);
 
+/// The fields in order of name: the order of different names carries no meaning (RFC 9110
+/// §5.3), and hyper's map does not keep it; a stable sort keeps each name's values in order.
 fn facts(request: Request) -> Facts {
     let host = (request.host.as_ref()).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+    let mut fields = request.fields.pairs();
+    fields.sort_by(|a, b| a.0.cmp(&b.0));
     (
         request.method.clone(),
         host,
         request.target.as_str().to_owned(),
-        request.fields.pairs(),
+        fields,
     )
 }
 
