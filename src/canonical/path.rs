@@ -155,10 +155,6 @@ fn decode_unreserved(path: &[u8], slashes: EscapedSlashes) -> Result<Vec<u8>, Pa
                 match value {
                     0 => return Err(PathError::Nul),
                     b'/' | b'\\' if reject => return Err(PathError::EscapedSlash),
-                    // `%252F`: a slash to an upstream that decodes twice.
-                    b'%' if reject && encodes_a_slash(rest) => {
-                        return Err(PathError::EscapedSlash);
-                    }
                     value if is_unreserved(value) => out.push(value),
                     value => push_encoded(&mut out, value),
                 }
@@ -169,6 +165,11 @@ fn decode_unreserved(path: &[u8], slashes: EscapedSlashes) -> Result<Vec<u8>, Pa
             byte if CLASSES[byte as usize] == Class::Other => push_encoded(&mut out, byte),
             byte => out.push(byte),
         }
+    }
+    // `%252F` (also as `%25%32F`, once decoded): a slash to an upstream that decodes twice.
+    let twice = |window: &[u8]| window.starts_with(b"%25") && encodes_a_slash(&window[3..]);
+    if slashes == EscapedSlashes::Reject && out.windows(5).any(twice) {
+        return Err(PathError::EscapedSlash);
     }
     Ok(out)
 }
