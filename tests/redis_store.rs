@@ -498,6 +498,7 @@ fn store_config(server: &RedisServer, key_prefix: &str) -> RedisConfig {
         cluster: false,
         urls: vec![server.url()],
         timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
         key_prefix: key_prefix.to_string(),
         ca_file: None,
     }

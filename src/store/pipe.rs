@@ -34,9 +34,9 @@ use crate::proxy::http1::Stream;
 /// with requests arriving faster than the breaker opens must not grow memory without bound.
 const MOST_WAITING: usize = 10_000;
 const READ_CHUNK: usize = 16 * 1024;
-/// A connection whose oldest unanswered call is this far past its deadline is given up and
-/// the next call connects again: Redis gone without a FIN (a partition, a failed-over
-/// address) would otherwise hold every call until TCP gives up, many minutes later.
+/// A connection that owes replies and has answered nothing for this long past the timeout is
+/// given up and the next call connects again: Redis gone without a FIN (a partition, a
+/// failed-over address) would otherwise hold every call until TCP gives up, many minutes later.
 const STALLED_FOR: Duration = Duration::from_secs(2);
 
 /// Where to connect and how to open a session there.
@@ -49,10 +49,27 @@ pub struct Settings {
     pub password: Option<String>,
     pub db: i64,
     pub connect_timeout: Duration,
-    /// The store's call timeout, as a timed-out call reports it.
+    /// How long Redis may keep a call waiting once it could have started on it: from when
+    /// the call was queued, the connection opened or Redis last answered anything on it,
+    /// whichever is latest. Time a call spends behind the gateway's own earlier calls while
+    /// Redis answers them is not Redis failing, so it does not count.
     pub timeout: Duration,
     /// For `rediss://`.
     pub tls: Option<Tls>,
+    /// Whether script calls queued together are merged into one `EVALSHA` (one node); a
+    /// cluster's are not, as their keys may live in different slots.
+    pub merge: bool,
+}
+
+impl Settings {
+    /// `host:port`, as logs and metrics name the node.
+    pub fn address(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -69,8 +86,8 @@ pub enum Reply {
     Status(Bytes),
     Integer(i64),
     Bulk(Bytes),
-    /// An array, skipped: no command sent here answers with one.
-    Array,
+    /// An array (e.g. `CLUSTER SLOTS`), as its whole frame: see `resp::tree`.
+    Array(Bytes),
 }
 
 /// One command being written: RESP's array of bulk strings, its length given up front.
@@ -119,6 +136,9 @@ struct State {
     first: u64,
     /// The call the next reply from Redis belongs to.
     unanswered: u64,
+    /// When the connection opened or last read a reply: calls are timed from here (or from
+    /// their queueing, if later). None while the connection is being opened.
+    progress_at: Option<Instant>,
     driver_running: bool,
     driver: Option<Waker>,
     /// Whether the driver's timer covers every waiting call.
@@ -128,7 +148,9 @@ struct State {
 }
 
 struct Call {
-    deadline: Instant,
+    queued_at: Instant,
+    /// However Redis answers others, the call gives up this long after it was queued.
+    wait: Duration,
     state: CallState,
     piece: Piece,
 }
@@ -164,6 +186,7 @@ impl Pipe {
                     calls: VecDeque::new(),
                     first: 0,
                     unanswered: 0,
+                    progress_at: None,
                     driver_running: false,
                     driver: None,
                     timer_armed: false,
@@ -173,61 +196,98 @@ impl Pipe {
         }
     }
 
-    /// Sends the command `write` appends (see `Command`) and waits for its reply until
-    /// `deadline`. The first call starts the driver on its own tokio event loop.
+    /// Sends the command `write` appends (see `Command`) and waits for its reply, `wait` at
+    /// most (see `Settings::timeout` for when it times out sooner). The first call starts the
+    /// driver on its own tokio event loop.
     pub async fn call(
         &self,
-        deadline: Instant,
+        wait: Duration,
         write: impl FnOnce(&mut Vec<u8>),
     ) -> Result<Reply, StoreError> {
-        let id = self.queue(deadline, Piece::Whole, |state| {
+        self.call_with(wait, false, write).await
+    }
+
+    /// `call`, right after `ASKING` when `asking` (see `call_script_asking`).
+    pub async fn call_with(
+        &self,
+        wait: Duration,
+        asking: bool,
+        write: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<Reply, StoreError> {
+        let id = self.queue(wait, usize::from(asking), Piece::Whole, |state| {
             state.close_batch();
+            if asking {
+                Command::new(&mut state.queued, 1).arg(b"ASKING");
+            }
             write(&mut state.queued);
         })?;
         self.wait(id).await
     }
 
     /// Checks `requests`' windows (`limits` names each one's limit) with the script `sha`,
-    /// merged with the other script calls queued before the driver next writes, and waits
-    /// until `deadline` for this request's piece of the reply: four doubles per window.
+    /// merged with the other script calls queued before the driver next writes (when the
+    /// settings say so), and waits for this request's piece of the reply, four doubles per
+    /// window, `wait` at most.
     ///
     /// A Redis that answers `NOSCRIPT` (restarted, flushed) is sent the script and the call
     /// is retried once. The calls of one merged call meet `NOSCRIPT` together: the first
     /// sends the script, and the others retry behind it without sending it again.
     pub async fn call_script(
         &self,
-        deadline: Instant,
+        wait: Duration,
         call: &ScriptCall<'_>,
     ) -> Result<Reply, StoreError> {
+        self.script(wait, call, false).await
+    }
+
+    /// `call_script` right after `ASKING`, on a cluster node that is importing the call's
+    /// slot (it answers only calls that say they were sent there by an `ASK` redirection).
+    pub async fn call_script_asking(
+        &self,
+        wait: Duration,
+        call: &ScriptCall<'_>,
+    ) -> Result<Reply, StoreError> {
+        self.script(wait, call, true).await
+    }
+
+    async fn script(
+        &self,
+        wait: Duration,
+        call: &ScriptCall<'_>,
+        asking: bool,
+    ) -> Result<Reply, StoreError> {
         let mut loads_seen = 0;
-        match self
-            .wait(self.queue_script(deadline, call, &mut loads_seen)?)
-            .await
-        {
+        let first = self.queue_script(wait, call, asking, &mut loads_seen)?;
+        match self.wait(first).await {
             Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
-                self.load_script_unless_sent_since(deadline, loads_seen)?;
-                let retry = self.queue_script(deadline, call, &mut loads_seen)?;
+                self.load_script_unless_sent_since(wait, loads_seen)?;
+                let retry = self.queue_script(wait, call, asking, &mut loads_seen)?;
                 self.wait(retry).await
             }
             reply => reply,
         }
     }
 
-    /// Queues a script call; `loads_seen` is set to how many times the script had been sent
-    /// to be loaded by then.
+    /// Queues a script call (after `ASKING` when `asking`); `loads_seen` is set to how many
+    /// times the script had been sent to be loaded by then.
     fn queue_script(
         &self,
-        deadline: Instant,
+        wait: Duration,
         call: &ScriptCall<'_>,
+        asking: bool,
         loads_seen: &mut u64,
     ) -> Result<u64, StoreError> {
         let piece = Piece::Merged {
             bytes: REPLY_BYTES_PER_WINDOW * call.requests.len(),
             last: false,
         };
-        self.queue(deadline, piece, |state| {
-            if !state.batch.fits(call) {
+        let merge = self.shared.settings.merge && !asking;
+        self.queue(wait, usize::from(asking), piece, |state| {
+            if !merge || !state.batch.fits(call) {
                 state.close_batch();
+            }
+            if asking {
+                Command::new(&mut state.queued, 1).arg(b"ASKING");
             }
             state.batch.add(call);
             state.merged += 1;
@@ -239,13 +299,13 @@ impl Pipe {
     /// was queued (`loads_seen`): that load goes to Redis before the call's retry.
     fn load_script_unless_sent_since(
         &self,
-        deadline: Instant,
+        wait: Duration,
         loads_seen: u64,
     ) -> Result<(), StoreError> {
         if self.shared.lock().script_loads != loads_seen {
             return Ok(());
         }
-        let id = self.queue(deadline, Piece::Whole, |state| {
+        let id = self.queue(wait, 0, Piece::Whole, |state| {
             state.close_batch();
             state.script_loads += 1;
             Command::new(&mut state.queued, 3)
@@ -266,14 +326,17 @@ impl Pipe {
         }
     }
 
+    /// Queues a call: `write` appends its command, after `unheeded` commands whose replies
+    /// nobody waits for (`ASKING`). The call's id.
     fn queue(
         &self,
-        deadline: Instant,
+        wait: Duration,
+        unheeded: usize,
         piece: Piece,
         write: impl FnOnce(&mut State),
     ) -> Result<u64, StoreError> {
         let mut state = self.shared.lock();
-        if state.calls.len() >= MOST_WAITING {
+        if state.calls.len() + unheeded >= MOST_WAITING {
             return Err(StoreError::Connection(format!(
                 "{MOST_WAITING} calls already waiting for redis"
             )));
@@ -288,9 +351,19 @@ impl Pipe {
             };
         let nothing_queued = state.queued.is_empty() && state.merged == 0;
         write(&mut state);
+        let queued_at = Instant::now();
+        for _ in 0..unheeded {
+            state.calls.push_back(Call {
+                queued_at,
+                wait,
+                state: CallState::Finished,
+                piece: Piece::Whole,
+            });
+        }
         let id = state.first + state.calls.len() as u64;
         state.calls.push_back(Call {
-            deadline,
+            queued_at,
+            wait,
             state: CallState::Waiting(None),
             piece,
         });
@@ -434,28 +507,32 @@ impl State {
         }
     }
 
-    /// Times out every waiting call whose deadline has passed; the earliest deadline left.
+    /// Times out every waiting call whose time is up; the earliest expiry left.
     fn expire(&mut self, now: Instant, timeout: Duration) -> Option<Instant> {
         let mut earliest: Option<Instant> = None;
+        let progress_at = self.progress_at;
         for id in self.unanswered..self.end() {
             let Some(call) = self.call(id) else { break };
             if !matches!(call.state, CallState::Waiting(_)) {
                 continue;
             }
-            if call.deadline <= now {
-                self.finish(id, Err(StoreError::Timeout(timeout)));
-            } else if earliest.is_none_or(|e| call.deadline < e) {
-                earliest = Some(call.deadline);
+            let (at, given) = expiry(call, progress_at, timeout);
+            if at <= now {
+                self.finish(id, Err(StoreError::Timeout(given)));
+            } else if earliest.is_none_or(|e| at < e) {
+                earliest = Some(at);
             }
         }
         earliest
     }
 
-    /// When the connection counts as stalled: `STALLED_FOR` past the deadline of the oldest
-    /// call Redis has not answered (waited for or given up: either way its reply is owed).
-    fn stalled_at(&mut self) -> Option<Instant> {
+    /// When the connection counts as stalled: `STALLED_FOR` past the time the oldest call
+    /// Redis has not answered (waited for or given up: either way its reply is owed) was due.
+    fn stalled_at(&mut self, timeout: Duration) -> Option<Instant> {
+        let progress = self.progress_at?;
         let oldest = self.unanswered;
-        self.call(oldest).map(|call| call.deadline + STALLED_FOR)
+        let call = self.call(oldest)?;
+        Some(expiry(call, Some(progress), timeout).0 + STALLED_FOR)
     }
 
     /// The connection is over: every call still waiting for Redis fails with `error`.
@@ -464,6 +541,7 @@ impl State {
             self.finish(id, Err(error.clone()));
         }
         self.unanswered = self.end();
+        self.progress_at = None;
         self.queued.clear();
         self.batch.clear();
         self.merged = 0;
@@ -471,6 +549,20 @@ impl State {
         self.driver = None;
         self.timer_armed = false;
         self.drop_finished();
+    }
+}
+
+/// When `call` times out: `timeout` after Redis could have started on it (see
+/// `Settings::timeout`; `progress_at` is when the connection opened or last read a reply), or
+/// when its `wait` is over, whichever is first; and how long it was given.
+fn expiry(call: &Call, progress_at: Option<Instant>, timeout: Duration) -> (Instant, Duration) {
+    let deadline = call.queued_at + call.wait;
+    match progress_at {
+        Some(progress) if call.queued_at.max(progress) + timeout < deadline => {
+            (call.queued_at.max(progress) + timeout, timeout)
+        }
+        // Still opening: the connect timeout stands in for Redis' answer.
+        _ => (deadline, call.wait),
     }
 }
 
@@ -572,15 +664,24 @@ impl Connection {
                 state.driver = Some(cx.waker().clone());
             }
         }
-        self.time_out(cx)?;
         if let Link::Opening(opening) = &mut self.link {
             match opening.as_mut().poll(cx) {
-                Poll::Ready(stream) => self.link = Link::Open(stream?),
-                Poll::Pending => return Ok(()),
+                Poll::Ready(stream) => {
+                    self.link = Link::Open(stream?);
+                    // Calls are timed from here now, sooner than the deadlines the timer
+                    // was armed for while opening.
+                    let mut state = self.shared.lock();
+                    state.progress_at = Some(Instant::now());
+                    state.timer_armed = false;
+                }
+                Poll::Pending => return self.time_out(cx),
             }
         }
-        self.write(cx)?;
-        self.read(cx)
+        // Replies first: a worker whose event loop was busy past a call's time finds the
+        // answer waiting, and that call did not time out.
+        self.read(cx)?;
+        self.time_out(cx)?;
+        self.write(cx)
     }
 
     fn write(&mut self, cx: &mut Context<'_>) -> Result<(), StoreError> {
@@ -633,6 +734,7 @@ impl Connection {
 /// Hands every whole reply read so far to its call.
 fn deliver(shared: &Shared, read: &mut BytesMut) -> Result<(), StoreError> {
     let mut state = shared.lock();
+    state.progress_at = Some(Instant::now());
     while let Some((frame, length)) = parse(read).map_err(StoreError::Protocol)? {
         let result = match frame {
             Frame::Bulk(range) => Ok(Reply::Bulk(read.split_to(length).freeze().slice(range))),
@@ -650,10 +752,7 @@ fn deliver(shared: &Shared, read: &mut BytesMut) -> Result<(), StoreError> {
                 read.advance(length);
                 Ok(Reply::Nil)
             }
-            Frame::Array => {
-                read.advance(length);
-                Ok(Reply::Array)
-            }
+            Frame::Array => Ok(Reply::Array(read.split_to(length).freeze())),
         };
         let replica = matches!(&result, Err(StoreError::Server(e)) if e.starts_with("READONLY"));
         state.answer(result)?;
@@ -680,11 +779,12 @@ impl Connection {
             }
             let now = Instant::now();
             let mut state = self.shared.lock();
-            let earliest = state.expire(now, self.shared.settings.timeout);
-            let stalled_at = state.stalled_at();
+            let timeout = self.shared.settings.timeout;
+            let earliest = state.expire(now, timeout);
+            let stalled_at = state.stalled_at(timeout);
             if stalled_at.is_some_and(|at| at <= now) {
                 return Err(StoreError::Connection(format!(
-                    "no reply from redis for {STALLED_FOR:?} past a deadline; connecting again"
+                    "no reply from redis for {STALLED_FOR:?} past a call's time; connecting again"
                 )));
             }
             // Armed for a stall alone, the timer does not cover a new call's deadline.
