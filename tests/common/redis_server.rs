@@ -314,7 +314,9 @@ impl RedisCluster {
                     .arg("replication")
                     .query(&mut connection)
                     .unwrap_or_default();
-                let known_replicas = nodes.lines().filter(|l| l.contains(" slave ")).count();
+                let known_replicas = (nodes.lines())
+                    .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("slave")))
+                    .count();
                 let in_sync = !replication.contains("role:slave")
                     || replication.contains("master_link_status:up");
                 if !info.contains("cluster_state:ok") || known_replicas != replicas || !in_sync {
