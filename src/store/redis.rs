@@ -142,7 +142,10 @@ impl RedisStore {
     /// `workers`: how many serving workers call it (`[server] workers`).
     pub fn new(config: RedisConfig, workers: usize) -> RedisStore {
         let workers = workers.max(1);
-        let backend = backend(&config, workers).unwrap_or_else(Backend::Unusable);
+        let backend = backend(&config, workers).unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot set up the limit store; limits follow their on_error");
+            Backend::Unusable(error)
+        });
         RedisStore {
             config,
             backend,
