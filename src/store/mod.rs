@@ -12,6 +12,7 @@ pub mod pipe;
 pub mod redis;
 mod resp;
 pub mod script;
+mod tiers;
 pub mod warm;
 
 use std::time::Duration;

@@ -10,9 +10,8 @@
 //! `:{window}` added. Every write sets each window's expiry at the time it is whole again and
 //! the key's at the latest of them, so idle keys vanish.
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -25,6 +24,7 @@ use super::denied::DeniedCache;
 use super::node::{BREAKER_OPEN_FOR, Node};
 use super::pipe::{self, Pipe, Reply};
 use super::script::{self, SCRIPT};
+use super::tiers::TierCache;
 use super::{Small, WindowRequest};
 use crate::clock::Nanos;
 use crate::limit::WindowCheck;
@@ -33,7 +33,6 @@ use crate::limit::WindowCheck;
 pub const EXACT_LIMIT: u64 = 1 << 53;
 
 const DENIED_CAPACITY: usize = 100_000;
-const TIER_CACHE_CAPACITY: usize = 100_000;
 /// However Redis answers the calls before it, a call gives up after this many times the
 /// store's timeout (and not before a second): the gateway has fallen this far behind.
 const LONGEST_WAIT_TIMEOUTS: u32 = 20;
@@ -456,37 +455,4 @@ pub fn describe_url_error(error: &redis::RedisError) -> String {
         if detail.is_empty() { "" } else { ": " },
         detail
     )
-}
-
-/// hash → field → (tier, when it was read). Nested so that a lookup borrows its keys.
-type TierEntries = HashMap<String, HashMap<Vec<u8>, (Option<Arc<str>>, Instant)>>;
-
-/// Tiers read from Redis, by hash and field, for a short while.
-#[derive(Default)]
-struct TierCache {
-    entries: Mutex<TierEntries>,
-}
-
-impl TierCache {
-    fn get(
-        &self,
-        hash: &str,
-        field: &[u8],
-        now: Instant,
-        ttl: Duration,
-    ) -> Option<Option<Arc<str>>> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let (tier, fetched) = entries.get(hash)?.get(field)?;
-        (now.saturating_duration_since(*fetched) < ttl).then(|| tier.clone())
-    }
-
-    fn put(&self, hash: &str, field: &[u8], tier: Option<Arc<str>>, now: Instant) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let fields = entries.entry(hash.to_string()).or_default();
-        if fields.len() >= TIER_CACHE_CAPACITY {
-            // Bounded: start over rather than grow; the next requests re-read their tiers.
-            fields.clear();
-        }
-        fields.insert(field.to_vec(), (tier, now));
-    }
 }
