@@ -167,7 +167,12 @@ methods = ["G E T"]
 #[test]
 fn redis_store_mistakes_name_their_key_and_what_was_expected() {
     let limit = "[[limits]]\nname = \"l\"\nkey = [\"ip\"]\nalgorithm = \"sliding_window\"\nrates = [{ limit = 200000, per = \"1d\" }]\n";
-    let cases: [(&str, &str, &str); 12] = [
+    let cases: [(&str, &str, &str); 13] = [
+        (
+            "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\ntimeout = \"2m\"",
+            "store.timeout",
+            "at most \"1m\"",
+        ),
         ("[store]\nbackend = \"redis\"", "store.url", "needs url"),
         (
             "[store]\nready_requires_redis = true",

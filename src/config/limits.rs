@@ -20,6 +20,7 @@ use crate::store::script::MAX_WINDOWS;
 const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// `[store] connect_timeout`: opening a connection, and a cluster's first read of its slots.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const LONGEST_STORE_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub(super) fn store(
     raw: Option<&RawStore>,
@@ -140,6 +141,16 @@ fn redis_config(
         raw.connect_timeout.as_deref(),
         DEFAULT_CONNECT_TIMEOUT,
     );
+    for (key, value) in [("timeout", timeout), ("connect_timeout", connect_timeout)] {
+        if value > LONGEST_STORE_TIMEOUT {
+            problems.push(
+                format!("store.{key}"),
+                format!(
+                    "expected at most \"1m\" (requests wait this long for Redis), got {value:?}"
+                ),
+            );
+        }
+    }
     let key_prefix = raw.key_prefix.clone().unwrap_or_else(|| "rl:".to_string());
     if key_prefix.contains(['{', '}']) {
         problems.push(

@@ -69,7 +69,7 @@ impl std::fmt::Debug for RedisConfig {
 impl RedisConfig {
     /// The longest a call may wait in all (see `LONGEST_WAIT_TIMEOUTS`).
     pub fn longest_wait(&self) -> Duration {
-        (self.timeout * LONGEST_WAIT_TIMEOUTS).max(LONGEST_WAIT_AT_LEAST)
+        (self.timeout.saturating_mul(LONGEST_WAIT_TIMEOUTS)).max(LONGEST_WAIT_AT_LEAST)
     }
 }
 
