@@ -283,3 +283,44 @@ async fn a_reload_while_the_breaker_is_open_keeps_it_and_applies_the_new_fleet_s
     }
     assert!(exact, "Redis decides again, without a restart");
 }
+
+/// Each worker opens its connection and loads the script as the gateway starts, and again
+/// when a reload brings another store: before any request, so none pays for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_are_opened_and_the_script_loaded_at_start_and_on_reload() {
+    let first = RedisServer::start();
+    let second = RedisServer::start();
+    let upstream = TestUpstream::ok("ok").await;
+    let limits = limit("per-key", "gcra", "[{ limit = 5, per = \"1h\" }]", "");
+    let text = |server: &RedisServer| {
+        let store = redis_store(server, "eager:", "");
+        config(&upstream, &store, &[("/", "per-key")], &limits)
+    };
+    let sha = redis::Script::new(ratelimit_proxy::store::script::SCRIPT)
+        .get_hash()
+        .to_string();
+    let warm = |server: &RedisServer| {
+        let loaded: Vec<bool> = redis::cmd("SCRIPT")
+            .arg("EXISTS")
+            .arg(&sha)
+            .query(&mut server.connection())
+            .unwrap();
+        let clients: String = redis::cmd("CLIENT")
+            .arg("LIST")
+            .query(&mut server.connection())
+            .unwrap();
+        // Beside this look's own connection.
+        loaded == [true] && clients.lines().count() > 1
+    };
+    let (gateway, path) = TestGateway::start_in_dir("eager", &[], &text(&first)).await;
+    assert!(eventually(Duration::from_secs(5), || warm(&first)).await);
+    let listen = "[server]\nlisten = [\"127.0.0.1:0\"]\n";
+    std::fs::write(&path, format!("{listen}{}", text(&second))).unwrap();
+    gateway.reloader.reload().expect("reloaded");
+    assert!(eventually(Duration::from_secs(5), || warm(&second)).await);
+    assert_eq!(
+        first.calls("evalsha") + second.calls("evalsha"),
+        0,
+        "no request"
+    );
+}
