@@ -121,10 +121,13 @@ async fn a_cluster_gateways_first_burst_is_exact_without_a_store_error() {
 async fn a_killed_master_fails_only_its_own_tenants_until_its_replica_takes_over() {
     let mut cluster = RedisCluster::start_with(1, 1000);
     let upstream = TestUpstream::ok("ok").await;
+    // A generous timeout: this test is about which tenants a dead master affects, and on a
+    // loaded 2-core machine running six redis-servers a healthy one may be descheduled for
+    // tens of milliseconds.
     let store = cluster_store(
         &cluster.urls(),
         "kill:",
-        "on_error = \"deny\"\nready_requires_redis = true",
+        "on_error = \"deny\"\nready_requires_redis = true\ntimeout = \"500ms\"",
     );
     let limits = limit(
         "per-key",
@@ -190,12 +193,24 @@ async fn a_killed_master_fails_only_its_own_tenants_until_its_replica_takes_over
     let not_ok: Vec<_> = (healthy.iter())
         .filter(|(_, s)| *s != StatusCode::OK)
         .collect();
+    let mut errors = Vec::new();
+    for gateway in gateways.iter() {
+        let text = metrics(gateway).await;
+        errors.extend(
+            (text.lines())
+                .filter(|l| l.starts_with("rlp_store_errors_total{"))
+                .map(str::to_string),
+        );
+    }
     assert!(
         not_ok.is_empty(),
-        "tenants on healthy masters: {} of {} answers were not 200, e.g. {:?}",
+        "tenants on healthy masters: {} of {} answers were not 200, e.g. {:?} ({:?} after the kill); store errors: {errors:?}",
         not_ok.len(),
         healthy.len(),
-        not_ok.first()
+        not_ok.first().map(|(_, status)| status),
+        not_ok
+            .first()
+            .map(|(at, _)| at.saturating_duration_since(killed_at)),
     );
     let unavailable = (failed_over.iter())
         .filter(|(at, s)| *at > killed_at && *s == StatusCode::SERVICE_UNAVAILABLE)
