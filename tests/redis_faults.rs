@@ -167,17 +167,22 @@ async fn a_probe_whose_client_goes_away_hands_its_turn_to_the_next_request() {
 }
 
 /// With `ready_requires_redis`, `/readyz` answers 503 until every worker has reached Redis
-/// (connected and loaded the script), and 200 from then on; without it, 200 at once. The
-/// gateway keeps trying in the background, without a request to make it.
+/// (connected and loaded the script), and 200 from then on, even after a reload to a Redis
+/// that is not there; without it, 200 at once. The gateway keeps trying in the background,
+/// without a request to make it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_waits_for_redis_when_the_config_asks() {
     let mut server = RedisServer::start();
     server.kill();
     let upstream = TestUpstream::ok("ok").await;
     let limits = limit("per-key", "gcra", "[{ limit = 5, per = \"1h\" }]", "");
-    let waiting = redis_store(&server, "ready:", "ready_requires_redis = true");
-    let gateway =
-        TestGateway::start(&config(&upstream, &waiting, &[("/", "per-key")], &limits)).await;
+    let waiting = |url: &str| {
+        let store = format!(
+            "backend = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"ready:\"\nready_requires_redis = true"
+        );
+        config(&upstream, &store, &[("/", "per-key")], &limits)
+    };
+    let (gateway, path) = TestGateway::start_in_dir("readyz", &[], &waiting(&server.url())).await;
     let serving = redis_store(&server, "ready:", "");
     let regardless =
         TestGateway::start(&config(&upstream, &serving, &[("/", "per-key")], &limits)).await;
@@ -199,6 +204,14 @@ async fn readyz_waits_for_redis_when_the_config_asks() {
         response.headers()["ratelimit-policy"],
         "\"per-key\";q=5;w=3600"
     );
+    let nowhere = format!("redis://127.0.0.1:{}/0", refused_addr().await.port());
+    let listen = "[server]\nlisten = [\"127.0.0.1:0\"]\n";
+    std::fs::write(&path, format!("{listen}{}", waiting(&nowhere))).unwrap();
+    gateway.reloader.reload().expect("reloaded");
+    for _ in 0..5 {
+        assert_eq!(get(&readyz(&gateway)).await.0.status(), StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// `on_error` defaults to `local`, which enforces each limit divided by

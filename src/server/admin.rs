@@ -4,6 +4,7 @@
 //! secrets redacted, with its version and load time).
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -25,6 +26,8 @@ pub(super) struct AdminState {
     pub runtime: Arc<ArcSwap<Runtime>>,
     pub generation: Arc<Mutex<Generation>>,
     pub metrics: Arc<Metrics>,
+    /// `/readyz` has answered 200: it does from then on (see `readiness`).
+    pub ready: Arc<AtomicBool>,
 }
 
 pub(super) async fn serve(listener: TcpListener, state: AdminState, stop: CancellationToken) {
@@ -94,8 +97,13 @@ fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Byte
 }
 
 /// 200 once serving; with `[store] ready_requires_redis`, only once the store has been
-/// reached (it stays ready after: while Redis is away the limits follow their `on_error`).
+/// reached. Ready once, ready for good: while Redis is away later, or a reload points at
+/// another, the limits follow their `on_error` and the gateway can serve (a fleet taken out
+/// of its load balancer by one bad reload would be an outage).
 fn readiness(state: &AdminState) -> Response<Full<Bytes>> {
+    if state.ready.load(Ordering::Acquire) {
+        return text(StatusCode::OK, "text/plain", "ok\n".into());
+    }
     let requires_redis = match state.generation.lock() {
         Ok(generation) => generation.config.store.ready_requires_redis,
         Err(_) => false,
@@ -106,6 +114,7 @@ fn readiness(state: &AdminState) -> Response<Full<Bytes>> {
         let why = "waiting for redis: not every worker has connected and loaded the script\n";
         return text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why.into());
     }
+    state.ready.store(true, Ordering::Release);
     text(StatusCode::OK, "text/plain", "ok\n".into())
 }
 

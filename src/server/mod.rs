@@ -179,6 +179,7 @@ impl Gateway {
                 runtime: self.runtime.clone(),
                 generation: self.generation.clone(),
                 metrics: self.runtime.load().metrics.clone(),
+                ready: Arc::default(),
             };
             tokio::spawn(admin::serve(listener, state, stop.clone()));
         }
