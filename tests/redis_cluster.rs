@@ -165,6 +165,26 @@ async fn a_killed_master_fails_only_its_own_tenants_until_its_replica_takes_over
     tokio::time::sleep(Duration::from_millis(300)).await;
     let killed_at = Instant::now();
     cluster.nodes[doomed].kill();
+    // The dead master's breaker opens; the others' stay closed.
+    let breaker = |node: usize, open: u8| {
+        let port = cluster.nodes[node].port;
+        format!("rlp_store_breaker_open{{node=\"127.0.0.1:{port}\"}} {open}")
+    };
+    let mut seen_open = false;
+    while !seen_open && killed_at.elapsed() < Duration::from_secs(1) {
+        let text = metrics(&gateways[0]).await;
+        seen_open = text.contains(&breaker(doomed, 1));
+        if seen_open {
+            for &other in masters.iter().filter(|&&m| m != doomed) {
+                assert!(text.contains(&breaker(other, 0)), "{text}");
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        seen_open,
+        "the dead master's breaker opened within a second"
+    );
     // Until the doomed master's tenants are served again (a replica promoted), 20 s at most.
     let back = || async {
         let probe = placed.iter().find(|(_, m)| *m == doomed).unwrap();
