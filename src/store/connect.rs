@@ -29,11 +29,12 @@ pub struct Session {
 /// A host and port from a URL.
 pub type Address = (String, u16);
 
-/// The session of `url` and where it points; `merge` for script calls merged on one node.
+/// The session of `url` and where it points. On one node script calls are merged; a
+/// cluster's are not (their keys may be in other slots) and it has only database 0.
 pub fn session(
     config: &RedisConfig,
     url: &str,
-    merge: bool,
+    cluster: bool,
 ) -> Result<(Session, Address), StoreError> {
     let info = url
         .into_connection_info()
@@ -57,11 +58,11 @@ pub fn session(
     let session = Session {
         username: settings.username().map(str::to_string),
         password: settings.password().map(str::to_string),
-        db: settings.db(),
+        db: if cluster { 0 } else { settings.db() },
         connect_timeout: config.connect_timeout,
         timeout: config.timeout,
         tls,
-        merge,
+        merge: !cluster,
     };
     Ok((session, (host, port)))
 }

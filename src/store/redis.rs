@@ -347,14 +347,14 @@ fn backend(config: &RedisConfig, workers: usize) -> Result<Backend, StoreError> 
     let longest_call = config.longest_wait();
     if !config.cluster {
         let url = config.urls.first().map_or("", String::as_str);
-        let (session, (host, port)) = connect::session(config, url, true)?;
+        let (session, (host, port)) = connect::session(config, url, false)?;
         let node = Node::new(session.node(&host, port)?, workers, longest_call);
         return Ok(Backend::Node(Arc::new(node)));
     }
     let mut seeds = Vec::new();
     let mut first_session = None;
     for url in &config.urls {
-        let (session, address) = connect::session(config, url, false)?;
+        let (session, address) = connect::session(config, url, true)?;
         first_session.get_or_insert(session);
         seeds.push(address);
     }
