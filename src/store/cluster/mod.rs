@@ -62,7 +62,7 @@ pub struct View {
     slots: Box<[u16]>,
     pub masters: Vec<Arc<Node>>,
     /// Every node it names, replicas too: where to read the next view.
-    known: Vec<(String, u16)>,
+    known: Vec<Address>,
     taken_at: Instant,
 }
 
@@ -266,10 +266,10 @@ impl Cluster {
 
     /// Where to ask: the masters of the view whose breakers are closed, the other nodes it
     /// names, then the seeds; each once.
-    fn candidates(&self) -> Vec<(String, u16)> {
+    fn candidates(&self) -> Vec<Address> {
         let view = self.view.load_full();
-        let mut candidates: Vec<(String, u16)> = Vec::new();
-        let mut add = |address: (String, u16)| {
+        let mut candidates: Vec<Address> = Vec::new();
+        let mut add = |address: Address| {
             if !candidates.contains(&address) {
                 candidates.push(address);
             }
