@@ -163,6 +163,7 @@ fn limits_decision(c: &mut Criterion) {
         method: &http::Method::GET,
         host: Some(b"api.example.com"),
         path: "/v1/things",
+        path_in_any_case: false,
         query: None,
         fields: &headers,
     };
@@ -180,8 +181,28 @@ fn limits_decision(c: &mut Criterion) {
     });
 }
 
+/// The canonical request step's parsers: a typical API path (already canonical: the fast path
+/// with no allocation), one that needs decoding and dot removal, and a Host.
+fn canonical_form(c: &mut Criterion) {
+    use ratelimit_proxy::canonical::{host, path};
+    let keep = path::EscapedSlashes::Keep;
+    for target in ["/v1/users/12345/orders", "/api/v2/search/items-by-tag"] {
+        c.bench_function(&format!("normalize canonical path {target}"), |b| {
+            b.iter(|| path::normalize(black_box(target), keep))
+        });
+    }
+    let spelled = "/v1//users/./12345/../12345/%6Frders";
+    c.bench_function("normalize path needing work", |b| {
+        b.iter(|| path::normalize(black_box(spelled), keep))
+    });
+    c.bench_function("canonical host api.example.com:8080", |b| {
+        b.iter(|| host::canonical(black_box(b"api.example.com:8080")).map(|h| h.name_len))
+    });
+}
+
 criterion_group!(
     benches,
+    canonical_form,
     edge_check,
     header_walk,
     list_lookup,

@@ -4,11 +4,14 @@
 
 pub mod added_fields;
 pub mod body;
+pub mod canonical;
 pub mod client_ip;
 pub mod clock;
 pub mod config;
 pub mod echo;
 pub mod edge;
+#[cfg(fuzzing)]
+pub mod fuzzing;
 pub mod ip_set;
 pub mod limit;
 pub mod metrics;

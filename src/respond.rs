@@ -17,6 +17,12 @@ pub use crate::body::ResponseBody;
 /// Why a request was not forwarded, or why forwarding failed.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
+    #[error("{0}")]
+    BadRequest(#[from] crate::canonical::BadRequest),
+    #[error("the request carries {part} more than once; limit {limit:?} counts requests by it")]
+    RepeatedKey { limit: String, part: String },
+    #[error("the request body is malformed: {0}")]
+    BadRequestBody(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("no route matches {method} {path}")]
     NoRoute { method: http::Method, path: String },
     #[error("request headers are larger than {limit} bytes")]
@@ -61,6 +67,13 @@ impl GatewayError {
     /// The status for this error, decided here and nowhere else.
     pub fn status(&self) -> StatusCode {
         match self {
+            // RFC 9112 §6.1: a transfer coding the server does not understand.
+            GatewayError::BadRequest(crate::canonical::BadRequest::TransferCoding(_)) => {
+                StatusCode::NOT_IMPLEMENTED
+            }
+            GatewayError::BadRequest(_)
+            | GatewayError::RepeatedKey { .. }
+            | GatewayError::BadRequestBody(_) => StatusCode::BAD_REQUEST,
             GatewayError::NoRoute { .. } => StatusCode::NOT_FOUND,
             GatewayError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             GatewayError::NoHealthyServer { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -84,7 +97,11 @@ impl GatewayError {
     /// What a client may be told. Upstream addresses stay in the logs, not in answers.
     fn public_detail(&self) -> String {
         match self {
-            GatewayError::NoRoute { .. } | GatewayError::HeadersTooLarge { .. } => self.to_string(),
+            GatewayError::BadRequest(_)
+            | GatewayError::RepeatedKey { .. }
+            | GatewayError::BadRequestBody(_)
+            | GatewayError::NoRoute { .. }
+            | GatewayError::HeadersTooLarge { .. } => self.to_string(),
             GatewayError::NoHealthyServer { .. } => {
                 "no upstream server is available; try again later".into()
             }
@@ -254,7 +271,14 @@ fn push_number(out: &mut Vec<u8>, key: &str, value: u64) {
 /// Turns an error into its problem+json answer.
 pub fn error_response(error: &GatewayError, request_id: &RequestId) -> Response<ResponseBody> {
     let status = error.status();
-    if status.is_server_error() {
+    // A client's malformed request is its own business, whatever status answers it.
+    let clients = matches!(
+        error,
+        GatewayError::BadRequest(_)
+            | GatewayError::RepeatedKey { .. }
+            | GatewayError::BadRequestBody(_)
+    );
+    if status.is_server_error() && !clients {
         tracing::warn!(error = %error, source = ?std::error::Error::source(error), "request failed");
     } else {
         tracing::debug!(error = %error, "request refused");

@@ -14,8 +14,12 @@ use crate::limit::limiter::RouteLimits;
 pub struct Route {
     pub name: String,
     host: Option<String>,
+    /// Lower-case when the route matches paths in any case.
     path_prefix: String,
+    case_sensitive: bool,
     methods: Option<Vec<Method>>,
+    /// Protocols a request may switch to (lower-case names).
+    pub upgrades: Vec<String>,
     /// Position in the config, for per-route state kept beside the router.
     pub index: usize,
     /// Index into the runtime's upstream pools.
@@ -50,15 +54,31 @@ impl Route {
         Ok(Some(InFlightSlot(self.in_flight.clone())))
     }
 
+    /// Whether the route takes a request for `host` (a canonical name: lower-case, no port),
+    /// a canonical `path` and `method`.
     fn matches(&self, host: Option<&[u8]>, path: &str, method: &Method) -> bool {
         let host_matches = match (&self.host, host) {
             (None, _) => true,
-            (Some(wanted), Some(host)) => wanted.as_bytes().eq_ignore_ascii_case(host),
+            (Some(wanted), Some(host)) => wanted.as_bytes() == host,
             (Some(_), None) => false,
         };
         host_matches
-            && path.starts_with(&self.path_prefix)
+            && self.prefix_matches(path)
             && self.methods.as_ref().is_none_or(|m| m.contains(method))
+    }
+
+    fn prefix_matches(&self, path: &str) -> bool {
+        if self.case_sensitive {
+            return path.starts_with(&self.path_prefix);
+        }
+        let prefix = self.path_prefix.as_bytes();
+        (path.as_bytes().get(..prefix.len()))
+            .is_some_and(|start| start.eq_ignore_ascii_case(prefix))
+    }
+
+    /// Whether paths are matched in any case: a `path` key then counts them in one case too.
+    pub fn case_insensitive(&self) -> bool {
+        !self.case_sensitive
     }
 }
 
@@ -79,8 +99,13 @@ impl Router {
                 index,
                 name: c.name.clone(),
                 host: c.host.clone(),
-                path_prefix: c.path_prefix.clone(),
+                path_prefix: match c.case_sensitive {
+                    true => c.path_prefix.clone(),
+                    false => c.path_prefix.to_ascii_lowercase(),
+                },
+                case_sensitive: c.case_sensitive,
                 methods: c.methods.clone(),
+                upgrades: c.upgrades.clone(),
                 upstream: c.upstream,
                 limits: RouteLimits {
                     rules: c.limits.clone(),
@@ -94,24 +119,11 @@ impl Router {
         Router { routes, any_host }
     }
 
-    /// The first route that matches. `host` may carry a port, which is ignored.
-    /// `host` is the request's Host (or `:authority`) as it came, port and all: bytes, as
-    /// checking it is UTF-8 cost more than the rest of the search.
+    /// The first route that matches a canonical request's host name (without port), path
+    /// and method (`crate::canonical`).
     pub fn find(&self, host: Option<&[u8]>, path: &str, method: &Method) -> Option<&Route> {
-        let host = host.filter(|_| self.any_host).map(strip_port);
+        let host = host.filter(|_| self.any_host);
         self.routes.iter().find(|r| r.matches(host, path, method))
-    }
-}
-
-fn strip_port(host: &[u8]) -> &[u8] {
-    if host.starts_with(b"[") {
-        // [v6]:port
-        let end = host.iter().position(|&b| b == b']');
-        return end.map_or(host, |end| &host[1..end]);
-    }
-    match host.iter().rposition(|&b| b == b':') {
-        Some(colon) if host[colon + 1..].iter().all(u8::is_ascii_digit) => &host[..colon],
-        _ => host,
     }
 }
 
@@ -130,6 +142,8 @@ mod tests {
             host: host.map(Into::into),
             path_prefix: prefix.into(),
             methods: methods.map(|m| m.to_vec()),
+            case_sensitive: true,
+            upgrades: vec!["websocket".into()],
             upstream: 0,
             limits: Vec::new(),
             cost: 1,
@@ -160,13 +174,30 @@ mod tests {
         assert_eq!(name(&r, None, "/login", Method::POST), Some("login"));
         assert_eq!(name(&r, None, "/login", Method::GET), Some("default"));
         assert_eq!(
-            name(&r, Some("ADMIN.example.com:8080"), "/x", Method::GET),
+            name(&r, Some("admin.example.com"), "/x", Method::GET),
             Some("admin")
         );
         assert_eq!(
             name(&r, Some("api.example.com"), "/x", Method::GET),
             Some("default")
         );
+    }
+
+    #[test]
+    fn a_case_insensitive_route_matches_its_prefix_in_any_case() {
+        let mut login = config("login", None, "/Login", Some(&[Method::POST]));
+        login.case_sensitive = false;
+        let r = Router::new(&[login, config("v1", None, "/v1/", None)]);
+        for path in ["/login", "/LOGIN", "/lOgIn/x", "/Login"] {
+            assert_eq!(name(&r, None, path, Method::POST), Some("login"), "{path}");
+        }
+        assert!(
+            r.find(None, "/login", &Method::POST)
+                .unwrap()
+                .case_insensitive()
+        );
+        assert_eq!(name(&r, None, "/V1/x", Method::GET), None);
+        assert_eq!(name(&r, None, "/logi", Method::POST), None);
     }
 
     #[test]
@@ -182,12 +213,7 @@ mod tests {
             config("v1", None, "/v1/", None),
         ]);
         assert!(!r.any_host && router().any_host);
-        for host in [
-            None,
-            Some("api.example.com:8080"),
-            Some("[::1]:1"),
-            Some(""),
-        ] {
+        for host in [None, Some("api.example.com"), Some("[::1]")] {
             assert_eq!(name(&r, host, "/v1/x", Method::GET), Some("v1"));
             assert_eq!(name(&r, host, "/login", Method::POST), Some("login"));
             assert_eq!(name(&r, host, "/login", Method::GET), None);
@@ -204,20 +230,5 @@ mod tests {
         assert!(route.enter().is_err());
         drop(first);
         assert!(route.enter().is_ok());
-    }
-
-    #[test]
-    fn strips_ports_from_names_and_ipv6_literals() {
-        for (host, name) in [
-            ("example.com:80", "example.com"),
-            ("example.com", "example.com"),
-            ("example.com:", "example.com"),
-            ("example.com:http", "example.com:http"),
-            ("[::1]:8080", "::1"),
-            ("[::1]", "::1"),
-            ("[::1", "[::1"),
-        ] {
-            assert_eq!(strip_port(host.as_bytes()), name.as_bytes(), "{host}");
-        }
     }
 }

@@ -502,3 +502,54 @@ fn redis_store_defaults() {
         ratelimit_proxy::limit::rules::OnError::Local
     );
 }
+
+#[test]
+fn request_form_mistakes_name_their_paths() {
+    let text = r#"
+[server]
+listen = ["127.0.0.1:0"]
+underscores_in_headers = "ignore"
+escaped_slashes = "decode"
+[[upstreams]]
+name = "api"
+servers = ["http://127.0.0.1:9001"]
+[[limits]]
+name = "legacy"
+key = ["header:x_api_key"]
+rates = [{ limit = 1, per = "1s" }]
+[[routes]]
+name = "login"
+path_prefix = "//login/./x"
+methods = ["post", "P0ST"]
+upgrades = ["websocket", "h2c", "bad proto"]
+upstream = "api"
+limits = ["legacy"]
+[[routes]]
+name = "bad"
+path_prefix = "/a%zz"
+upstream = "api"
+"#;
+    let lines = problems(text);
+    let expected = [
+        r#"gw.toml: server.underscores_in_headers: expected "drop", "allow" or "reject", got "ignore""#,
+        r#"gw.toml: server.escaped_slashes: expected "keep" or "reject", got "decode""#,
+        r#"gw.toml: limits[0].key[0]: the field name "x_api_key" has an underscore: set [server] underscores_in_headers = "allow" to key on it"#,
+        r#"gw.toml: routes[0].path_prefix: expected a path in the canonical form requests are matched in, got "//login/./x"; write "/login/x""#,
+        r#"gw.toml: routes[0].methods[1]: expected an HTTP method such as "GET" (letters, `_` and `-`), got "P0ST""#,
+        r#"gw.toml: routes[0].upgrades[1]: h2c is never passed as an upgrade: its connection would carry HTTP/2 requests past every limit"#,
+        r#"gw.toml: routes[0].upgrades[2]: expected a protocol name such as "websocket", got "bad proto""#,
+        r#"gw.toml: routes[1].path_prefix: expected a path such as "/v1/", got "/a%zz": the path has a "%" that is not followed by two hex digits"#,
+    ];
+    for line in expected {
+        assert!(
+            lines.iter().any(|l| l == line),
+            "{line}\nnot in\n{}",
+            lines.join("\n")
+        );
+    }
+    assert_eq!(lines.len(), expected.len(), "{}", lines.join("\n"));
+    let allowed = text
+        .replace("\"ignore\"", "\"allow\"")
+        .replace("escaped_slashes = \"decode\"\n", "");
+    assert!(!problems(&allowed).iter().any(|l| l.contains("limits[0]")));
+}

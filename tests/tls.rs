@@ -187,6 +187,27 @@ async fn https_verifies_against_the_ca_and_alpn_negotiates_h2_and_http1() {
     }
     // The plain listener still says http.
     assert_eq!(&get(&gateway.url("/")).await.1[..], b"http");
+
+    // A client that chose HTTP/1.1 by ALPN does not get HTTP/2 by sending its preface
+    // (RFC 9113 §3.3): the gateway speaks HTTP/1.1 on that connection and closes it.
+    let stream = connect(
+        &tls_client(ca.roots(), &[b"http/1.1"]),
+        tls_addr,
+        "api.test",
+    )
+    .await;
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = Request::get("https://api.test/tls")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let within = std::time::Duration::from_secs(10);
+    let sent = tokio::time::timeout(within, sender.send_request(request));
+    assert!(sent.await.expect("an end within 10 s").is_err());
+    assert_eq!(upstream.hits(), 4);
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ mod duration;
 mod limits;
 mod network;
 mod raw;
+mod requests;
 mod tls;
 mod validate;
 
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 use http::Method;
 
+use crate::canonical::{EscapedSlashes, Underscores};
 use crate::client_ip::ClientIpPolicy;
 use crate::edge::EdgePolicy;
 use crate::limit::rules::{LimitRule, OnError, Plans};
@@ -68,6 +70,10 @@ pub struct ServerConfig {
     pub workers: usize,
     /// HTTPS listeners (`[[server.tls]]`).
     pub tls: Vec<TlsListenerConfig>,
+    /// `underscores_in_headers`: fields whose names have a `_`.
+    pub underscores: Underscores,
+    /// `escaped_slashes`: `%2F` and `%5C` in paths.
+    pub escaped_slashes: EscapedSlashes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,9 +123,14 @@ pub struct RouteConfig {
     pub name: String,
     /// Lower-case host without port; `None` matches any host.
     pub host: Option<String>,
+    /// In canonical form (`crate::canonical::path`).
     pub path_prefix: String,
+    /// False: the prefix matches paths in any case (`case_sensitive = false`).
+    pub case_sensitive: bool,
     /// `None` matches any method.
     pub methods: Option<Vec<Method>>,
+    /// Protocols a request may switch to (lower-case); `h2c` never.
+    pub upgrades: Vec<String>,
     /// Index into `Config::upstreams`.
     pub upstream: usize,
     /// Indices into `Config::limits`.

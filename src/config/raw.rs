@@ -37,6 +37,8 @@ pub struct RawServer {
     pub max_header_bytes: Option<i64>,
     pub shutdown_grace: Option<String>,
     pub workers: Option<i64>,
+    pub underscores_in_headers: Option<String>,
+    pub escaped_slashes: Option<String>,
     #[serde(default)]
     pub tls: Vec<RawTlsListener>,
 }
@@ -89,6 +91,8 @@ pub struct RawRoute {
     pub host: Option<String>,
     pub path_prefix: Option<String>,
     pub methods: Option<Vec<String>>,
+    pub case_sensitive: Option<bool>,
+    pub upgrades: Option<Vec<String>>,
     pub upstream: String,
     pub limits: Option<Vec<String>>,
     pub cost: Option<i64>,

@@ -5,7 +5,6 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use http::Method;
 use http::uri::{Scheme, Uri};
 
 use super::raw::{RawConfig, RawHealthCheck, RawRoute, RawServer, RawUpstream};
@@ -13,7 +12,7 @@ use super::{
     Balance, Config, ConfigError, HealthCheck, LogConfig, Problem, RouteConfig, ServerConfig,
     UpstreamConfig, UpstreamServer, parse_duration,
 };
-use super::{limits, network, tls};
+use super::{limits, network, requests, tls};
 
 #[derive(Default)]
 pub(super) struct Problems(Vec<Problem>, Vec<String>, Vec<std::path::PathBuf>);
@@ -125,6 +124,12 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         &limit_rules,
         &store,
         base_dir,
+        &mut problems,
+    );
+    requests::check_underscored_keys(
+        server.underscores,
+        &limit_rules,
+        plans.as_ref(),
         &mut problems,
     );
     let upstreams: Vec<UpstreamConfig> = raw
@@ -266,6 +271,8 @@ fn server(raw: &RawServer, problems: &mut Problems) -> ServerConfig {
             default_workers(),
         ) as usize,
         tls: Vec::new(),
+        underscores: requests::underscores(raw, problems),
+        escaped_slashes: requests::escaped_slashes(raw, problems),
     }
 }
 
@@ -399,13 +406,7 @@ fn route(
     upstreams: &HashMap<&str, usize>,
     problems: &mut Problems,
 ) -> RouteConfig {
-    let path_prefix = raw.path_prefix.clone().unwrap_or_else(|| "/".to_string());
-    if !path_prefix.starts_with('/') {
-        problems.push(
-            format!("{path}.path_prefix"),
-            format!("expected a path starting with \"/\", got {path_prefix:?}"),
-        );
-    }
+    let path_prefix = requests::path_prefix(raw, path, problems);
     let upstream = upstreams
         .get(raw.upstream.as_str())
         .copied()
@@ -428,10 +429,12 @@ fn route(
             .as_deref()
             .map(|h| route_host(h, &format!("{path}.host"), problems)),
         path_prefix,
+        case_sensitive: raw.case_sensitive.unwrap_or(true),
         methods: raw
             .methods
             .as_ref()
-            .map(|m| methods(m, &format!("{path}.methods"), problems)),
+            .map(|m| requests::methods(m, &format!("{path}.methods"), problems)),
+        upgrades: requests::upgrades(raw, path, problems),
         upstream,
         limits: Vec::new(),
         cost: 1,
@@ -447,32 +450,6 @@ fn route_host(text: &str, path: &str, problems: &mut Problems) -> String {
         );
     }
     text.to_ascii_lowercase()
-}
-
-fn methods(texts: &[String], path: &str, problems: &mut Problems) -> Vec<Method> {
-    if texts.is_empty() {
-        problems.push(
-            path,
-            "expected at least one method, or no `methods` key to match any",
-        );
-    }
-    texts
-        .iter()
-        .enumerate()
-        .filter_map(|(i, text)| {
-            let upper = text.to_ascii_uppercase();
-            match Method::from_bytes(upper.as_bytes()) {
-                Ok(method) if !upper.is_empty() => Some(method),
-                _ => {
-                    problems.push(
-                        format!("{path}[{i}]"),
-                        format!("expected an HTTP method such as \"GET\", got {text:?}"),
-                    );
-                    None
-                }
-            }
-        })
-        .collect()
 }
 
 /// Maps each name to its index; reports empty and duplicate names under `section`.

@@ -3,13 +3,15 @@
 //! API keys never leave the process in clear and a huge header cannot make a huge key. The
 //! hash depends only on the configured secret, so every instance of a fleet agrees on it.
 
+use std::borrow::Cow;
 use std::hash::Hasher;
 use std::net::IpAddr;
 
 use http::{HeaderName, Method};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use crate::request_fields::{RequestFields, visible_text};
+use crate::request_fields::{Repeated, RequestFields};
+use values::{cookie_value, query_value};
 
 /// One part of a limit key, as written in `key = [...]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,59 +90,67 @@ pub enum Missing {
     Deny,
 }
 
-/// The facts of a request that keys are built from.
+/// The facts of a canonical request (`crate::canonical`) that keys are built from.
 pub struct RequestFacts<'a> {
     /// Already grouped by the IPv6 prefix.
     pub client_ip: IpAddr,
     pub route: &'a str,
     pub method: &'a Method,
+    /// The host name, without port.
     pub host: Option<&'a [u8]>,
     pub path: &'a str,
+    /// The route matches paths in any case, so a `path` key counts them in lower case.
+    pub path_in_any_case: bool,
     pub query: Option<&'a str>,
     pub fields: &'a RequestFields,
 }
 
 impl RequestFacts<'_> {
-    /// The bytes of one key part, or None when the request lacks it.
-    pub fn value(&self, part: &KeyPart) -> Option<PartValue<'_>> {
-        Some(match part {
+    /// The bytes of one key part: None when the request lacks it (an empty value counts as
+    /// absent), `Repeated` when it carries the part more than once, since the upstream may then
+    /// read another value than the one counted.
+    pub fn value<'s>(&'s self, part: &'s KeyPart) -> Result<Option<PartValue<'s>>, Repeated> {
+        fn text(bytes: &[u8]) -> PartValue<'_> {
+            PartValue::Text(Cow::Borrowed(bytes))
+        }
+        Ok(Some(match part {
             KeyPart::Ip => PartValue::Ip(self.client_ip),
-            KeyPart::Route => PartValue::Text(self.route.as_bytes()),
-            KeyPart::Method => PartValue::Text(self.method.as_str().as_bytes()),
-            KeyPart::Host => PartValue::Text(self.host?),
-            KeyPart::Path => PartValue::Text(self.path.as_bytes()),
-            KeyPart::Global => PartValue::Text(b""),
-            KeyPart::Header(name) => PartValue::Text(self.fields.get(name)?),
-            KeyPart::Query(name) => PartValue::Text(query_value(self.query?, name)?.as_bytes()),
-            KeyPart::Cookie(name) => PartValue::Text(cookie_value(self.fields, name)?.as_bytes()),
-        })
+            KeyPart::Route => text(self.route.as_bytes()),
+            KeyPart::Method => text(self.method.as_str().as_bytes()),
+            KeyPart::Host => match self.host {
+                Some(host) => text(host),
+                None => return Ok(None),
+            },
+            KeyPart::Path if self.path_in_any_case => {
+                PartValue::Text(match self.path.bytes().any(|b| b.is_ascii_uppercase()) {
+                    true => Cow::Owned(self.path.to_ascii_lowercase().into_bytes()),
+                    false => Cow::Borrowed(self.path.as_bytes()),
+                })
+            }
+            KeyPart::Path => text(self.path.as_bytes()),
+            KeyPart::Global => text(b""),
+            KeyPart::Header(name) => match self.fields.only(name)? {
+                Some(value) if !value.is_empty() => text(value),
+                _ => return Ok(None),
+            },
+            KeyPart::Query(name) => match self.query.map(|q| query_value(q, name)) {
+                Some(value) => match value? {
+                    Some(value) => PartValue::Text(value),
+                    None => return Ok(None),
+                },
+                None => return Ok(None),
+            },
+            KeyPart::Cookie(name) => match cookie_value(self.fields, name)? {
+                Some(value) => PartValue::Text(value),
+                None => return Ok(None),
+            },
+        }))
     }
 }
 
 pub enum PartValue<'a> {
     Ip(IpAddr),
-    Text(&'a [u8]),
-}
-
-/// The first `name=value` in a query string (not percent-decoded: the raw value is the key).
-fn query_value<'q>(query: &'q str, name: &str) -> Option<&'q str> {
-    query.split('&').find_map(|pair| {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        (key == name && !value.is_empty()).then_some(value)
-    })
-}
-
-/// The first cookie called `name` across Cookie header lines.
-fn cookie_value<'h>(fields: &'h RequestFields, name: &str) -> Option<&'h str> {
-    fields
-        .get_all(&http::header::COOKIE)
-        .filter_map(visible_text)
-        .find_map(|line| {
-            line.split(';').find_map(|pair| {
-                let (key, value) = pair.trim().split_once('=')?;
-                (key == name && !value.is_empty()).then_some(value)
-            })
-        })
+    Text(Cow<'a, [u8]>),
 }
 
 /// A 128-bit identity hash.
@@ -221,140 +231,5 @@ fn write_field(hasher: &mut SipHasher13, tag: u8, bytes: &[u8]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn facts<'a>(fields: &'a RequestFields, query: Option<&'a str>) -> RequestFacts<'a> {
-        RequestFacts {
-            client_ip: "198.51.100.7".parse().unwrap(),
-            route: "search",
-            method: &Method::GET,
-            host: Some(b"api.example.com"),
-            path: "/v1/search",
-            query,
-            fields,
-        }
-    }
-
-    fn text(value: Option<PartValue<'_>>) -> Option<String> {
-        match value? {
-            PartValue::Text(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-            PartValue::Ip(ip) => Some(ip.to_string()),
-        }
-    }
-
-    #[test]
-    fn parses_every_part_and_rejects_others() {
-        assert_eq!(KeyPart::parse("ip"), Ok(KeyPart::Ip));
-        assert_eq!(
-            KeyPart::parse("header:X-Api-Key"),
-            Ok(KeyPart::Header(HeaderName::from_static("x-api-key")))
-        );
-        assert_eq!(
-            KeyPart::parse("query:key"),
-            Ok(KeyPart::Query("key".into()))
-        );
-        assert_eq!(
-            KeyPart::parse("cookie:session"),
-            Ok(KeyPart::Cookie("session".into()))
-        );
-        for bad in ["", "ips", "header:", "header:bad name", "query:", "body:x"] {
-            assert!(KeyPart::parse(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn extracts_headers_queries_and_cookies() {
-        let mut headers = http::HeaderMap::new();
-        headers.insert("x-api-key", "k-123".parse().unwrap());
-        headers.append("cookie", "a=1; session=s-9".parse().unwrap());
-        let lines = crate::request_fields::tests::lines_like(&headers);
-        for fields in [RequestFields::Map(headers), lines] {
-            extracts_from(&fields);
-        }
-    }
-
-    fn extracts_from(fields: &RequestFields) {
-        let f = facts(fields, Some("q=rust&key=abc&empty="));
-        assert_eq!(
-            text(f.value(&KeyPart::parse("header:x-api-key").unwrap())),
-            Some("k-123".into())
-        );
-        assert_eq!(
-            text(f.value(&KeyPart::Query("key".into()))),
-            Some("abc".into())
-        );
-        assert_eq!(text(f.value(&KeyPart::Query("empty".into()))), None);
-        assert_eq!(text(f.value(&KeyPart::Query("nope".into()))), None);
-        assert_eq!(
-            text(f.value(&KeyPart::Cookie("session".into()))),
-            Some("s-9".into())
-        );
-        assert_eq!(text(f.value(&KeyPart::Cookie("sess".into()))), None);
-        assert_eq!(text(f.value(&KeyPart::Ip)), Some("198.51.100.7".into()));
-        assert_eq!(
-            text(f.value(&KeyPart::Header(HeaderName::from_static("x-other")))),
-            None
-        );
-    }
-
-    #[test]
-    fn identities_depend_on_secret_limit_tier_parts_and_window() {
-        let ip = PartValue::Ip("198.51.100.7".parse().unwrap());
-        let identity =
-            |secret: Option<&str>, limit: &str, tier: &str, window: usize, fallback: bool| {
-                let mut builder = IdentityHasher::new(secret).start(limit, tier);
-                builder.add(&KeyPart::Ip, &ip, fallback);
-                window_identity(builder.finish(), window)
-            };
-        let base = identity(Some("s"), "per-ip", "", 0, false);
-        assert_eq!(
-            base,
-            identity(Some("s"), "per-ip", "", 0, false),
-            "stable across calls and instances"
-        );
-        for other in [
-            identity(Some("t"), "per-ip", "", 0, false),
-            identity(None, "per-ip", "", 0, false),
-            identity(Some("s"), "per-key", "", 0, false),
-            identity(Some("s"), "per-ip", "pro", 0, false),
-            identity(Some("s"), "per-ip", "", 1, false),
-            identity(Some("s"), "per-ip", "", 0, true),
-        ] {
-            assert_ne!(base, other);
-        }
-    }
-
-    /// Identities name the Redis keys every instance shares: a change to how they are hashed
-    /// would split a limit's count across a rolling upgrade. This pins one.
-    #[test]
-    fn an_identity_is_the_same_in_every_build() {
-        let mut builder = IdentityHasher::new(Some("secret")).start("per-key", "pro");
-        builder.add_policy("sliding_window", [(100, 60_000_000_000, 100)].into_iter());
-        let key = PartValue::Text(b"k-0123456789abcdef");
-        builder.add(
-            &KeyPart::Header(HeaderName::from_static("x-api-key")),
-            &key,
-            false,
-        );
-        builder.add(
-            &KeyPart::Ip,
-            &PartValue::Ip("2001:db8::7".parse().unwrap()),
-            true,
-        );
-        builder.add(&KeyPart::Route, &PartValue::Text(&[b'r'; 100]), false);
-        assert_eq!(builder.finish(), 0xae26_7ebd_9fd5_81e6_8d41_d6dc_7e48_afda);
-    }
-
-    #[test]
-    fn field_boundaries_matter() {
-        let hasher = IdentityHasher::new(None);
-        let mut a = hasher.start("l", "");
-        a.add(&KeyPart::Route, &PartValue::Text(b"ab"), false);
-        a.add(&KeyPart::Path, &PartValue::Text(b"c"), false);
-        let mut b = hasher.start("l", "");
-        b.add(&KeyPart::Route, &PartValue::Text(b"a"), false);
-        b.add(&KeyPart::Path, &PartValue::Text(b"bc"), false);
-        assert_ne!(a.finish(), b.finish());
-    }
-}
+mod tests;
+mod values;

@@ -14,6 +14,7 @@ use super::key::{
 use super::rules::{LimitRule, OnError, Plans, Window};
 use super::{Rate, RateStatus, WindowCheck};
 use crate::clock::Nanos;
+use crate::request_fields::Repeated;
 use crate::store::denied::Denied;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{Outcome, RedisStore, StoreError};
@@ -56,6 +57,9 @@ pub enum LimitDecision {
     },
     /// A key part was absent and the limit says `missing = "deny"`.
     MissingKey { limit: Arc<str>, part: String },
+    /// The request carries a key part more than once (a 400: which one the upstream reads is
+    /// not known).
+    RepeatedKey { limit: Arc<str>, part: String },
     /// The shared store could not decide and the limit says `on_error = "deny"`.
     Unavailable {
         limit: Arc<str>,
@@ -143,7 +147,17 @@ impl Limiter {
         if route.rules.is_empty() {
             return LimitDecision::NotLimited.into();
         }
-        let tier = self.tier_of(facts).await;
+        let tier = match self.tier_of(facts).await {
+            Ok(tier) => tier,
+            Err(Repeated) => {
+                let plans = self.plans.as_ref().map(|plans| plans.key.describe());
+                return LimitDecision::RepeatedKey {
+                    limit: Arc::from("plans"),
+                    part: plans.unwrap_or_default(),
+                }
+                .into();
+            }
+        };
         let tier = tier.as_deref();
         // Parallel lists: what the store checks, and which window each came from.
         let mut requests: Small<WindowRequest> = Small::new();
@@ -167,8 +181,15 @@ impl Limiter {
             let identity = match identity(builder, rule, facts) {
                 Ok(Some(builder)) => builder.finish(),
                 Ok(None) => continue,
-                Err(part) => {
+                Err(KeyProblem::Missing(part)) => {
                     return LimitDecision::MissingKey {
+                        limit: rule.name.clone(),
+                        part,
+                    }
+                    .into();
+                }
+                Err(KeyProblem::Repeated(part)) => {
+                    return LimitDecision::RepeatedKey {
                         limit: rule.name.clone(),
                         part,
                     }
@@ -353,10 +374,15 @@ impl Limiter {
         self.decide(&checked.0, &checked.1, &checked.2, degraded)
     }
 
-    async fn tier_of<'a>(&'a self, facts: &RequestFacts<'_>) -> Option<TierName<'a>> {
-        let plans = self.plans.as_ref()?;
-        let value = match facts.value(&plans.key) {
-            Some(PartValue::Text(bytes)) => Some(Cow::Borrowed(bytes)),
+    async fn tier_of<'a>(
+        &'a self,
+        facts: &RequestFacts<'_>,
+    ) -> Result<Option<TierName<'a>>, Repeated> {
+        let Some(plans) = self.plans.as_ref() else {
+            return Ok(None);
+        };
+        let value = match facts.value(&plans.key)? {
+            Some(PartValue::Text(bytes)) => Some(bytes),
             Some(PartValue::Ip(ip)) => Some(Cow::Owned(ip.to_string().into_bytes())),
             None => None,
         };
@@ -364,11 +390,12 @@ impl Limiter {
             (&value, &plans.redis_hash, &self.stores.redis)
             && let Some(Some(tier)) = Box::pin(redis.tier(hash, *ttl, value)).await
         {
-            return Some(TierName::Fetched(tier));
+            return Ok(Some(TierName::Fetched(tier)));
         }
         let tier = value.and_then(|v| plans.tiers.get(v.as_ref()));
-        tier.or(plans.default.as_ref())
-            .map(|t| TierName::Configured(t))
+        Ok(tier
+            .or(plans.default.as_ref())
+            .map(|t| TierName::Configured(t)))
     }
 
     /// One pass over the checked windows: the enforced ones give the statuses (a denial's
@@ -460,20 +487,31 @@ fn policy_identity(
     builder
 }
 
+/// Why a request has no identity under a limit: the part it names.
+enum KeyProblem {
+    /// Absent, and the limit says `missing = "deny"`.
+    Missing(String),
+    /// Given more than once.
+    Repeated(String),
+}
+
 /// Completes `builder` with the request's key parts; Ok(None) when a part is missing and the
-/// rule skips, Err(part) when it denies.
+/// rule skips.
 fn identity(
     mut builder: IdentityBuilder,
     rule: &LimitRule,
     facts: &RequestFacts<'_>,
-) -> Result<Option<IdentityBuilder>, String> {
+) -> Result<Option<IdentityBuilder>, KeyProblem> {
     for part in &rule.key {
-        match facts.value(part) {
+        let value = facts
+            .value(part)
+            .map_err(|Repeated| KeyProblem::Repeated(part.describe()))?;
+        match value {
             Some(value) => builder.add(part, &value, false),
             None => match rule.missing {
                 Missing::Ip => builder.add(part, &PartValue::Ip(facts.client_ip), true),
                 Missing::Skip => return Ok(None),
-                Missing::Deny => return Err(part.describe()),
+                Missing::Deny => return Err(KeyProblem::Missing(part.describe())),
             },
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::Response;
 
 use super::Runtime;
-use super::request::ProxyRequest;
+use crate::canonical::{Host, Request};
 use crate::client_ip::ClientIp;
 use crate::clock::Nanos;
 use crate::edge::EdgeVerdict;
@@ -19,7 +19,7 @@ use crate::limit::limiter::{Evaluated, LimitDecision};
 use crate::limit::rules::OnError;
 use crate::metrics::BackendKind;
 use crate::request_id::RequestId;
-use crate::respond::{self, Denial, ResponseBody};
+use crate::respond::{self, Denial, GatewayError, ResponseBody};
 use crate::route::{InFlightSlot, Route};
 use crate::store::Small;
 
@@ -41,8 +41,7 @@ pub enum Admission {
 pub async fn admit(
     runtime: &Runtime,
     route: &Route,
-    request: &ProxyRequest,
-    host: Option<&[u8]>,
+    request: &Request,
     client: ClientIp,
     request_id: &RequestId,
 ) -> Admission {
@@ -65,9 +64,10 @@ pub async fn admit(
         client_ip: grouped,
         route: &route.name,
         method: &request.method,
-        host,
-        path: request.uri.path(),
-        query: request.uri.query(),
+        host: request.host.as_ref().map(Host::name),
+        path: request.matched_path(),
+        path_in_any_case: route.case_insensitive(),
+        query: request.query(),
         fields: &request.fields,
     };
     // A route without limits asks no store: nothing to time or record.
@@ -143,6 +143,16 @@ pub async fn admit(
             let answer = respond::missing_key(&limit, &part, request_id);
             Admission::Refused {
                 answer,
+                by: Some(limit),
+            }
+        }
+        LimitDecision::RepeatedKey { limit, part } => {
+            let error = GatewayError::RepeatedKey {
+                limit: limit.to_string(),
+                part,
+            };
+            Admission::Refused {
+                answer: respond::error_response(&error, request_id),
                 by: Some(limit),
             }
         }

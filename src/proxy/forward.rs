@@ -8,8 +8,6 @@ use std::time::Instant;
 
 use futures_util::FutureExt;
 use futures_util::future::Either as FutureEither;
-use http::header::UPGRADE;
-use http::uri::PathAndQuery;
 use http::{Response, StatusCode};
 use http_body_util::{Either, Empty};
 use hyper::upgrade::OnUpgrade;
@@ -17,13 +15,14 @@ use hyper_util::rt::TokioIo;
 
 use super::connections::{PooledBody, SendError, may_send_again};
 use super::headers::{self, Forwarded, SetFields};
-use super::http1::Upgraded;
-use super::request::ProxyRequest;
+use super::http1::{ExchangeError, Upgraded};
 use super::upstream::{UpstreamBody, UpstreamHead, UpstreamPool};
+use crate::canonical::{Host, Request, Upgrade, allowed_upgrade};
 use crate::respond::{GatewayError, ResponseBody};
 
 /// Forwards `request` to a server of `pool`, asked at `sent_at` (its first response
 /// deadline counts from then: one clock reading for the deadline and the upstream's latency).
+/// `upgrades` are the protocols its route lets it switch to; it is sent without the others.
 /// `served_by` is set to the server that was tried last, for the access log.
 ///
 /// The request is taken apart and its first attempt built before the returned future starts
@@ -31,27 +30,34 @@ use crate::respond::{GatewayError, ResponseBody};
 /// this function's own.
 pub fn forward<'r>(
     pool: &'r UpstreamPool,
-    request: ProxyRequest,
+    upgrades: &[String],
+    request: Request,
     forwarded: &Forwarded<'_>,
     served_by: &mut Option<&'r str>,
     sent_at: Instant,
 ) -> impl Future<Output = Result<Response<ResponseBody>, GatewayError>> {
-    let ProxyRequest {
+    let Request {
         method,
-        uri,
-        mut fields,
+        host,
+        target,
+        fields,
         upgrade,
         body,
+        ..
     } = request;
-    let wants_upgrade = headers::wants_upgrade(&fields);
-    let protocol = wants_upgrade.then(|| fields.value(&UPGRADE)).flatten();
-    let client_upgrade = upgrade.filter(|_| wants_upgrade);
-    let authority = uri.authority().map(|a| a.as_str());
-    let set = headers::to_upstream(&mut fields, forwarded, authority, protocol);
-    let target = uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let (protocols, client_upgrade) = match upgrade {
+        Some(Upgrade {
+            protocols,
+            connection,
+        }) => match allowed_upgrade(&protocols, upgrades) {
+            Some(allowed) => (Some(allowed), connection),
+            None => (None, None),
+        },
+        None => (None, None),
+    };
+    let wants_upgrade = protocols.is_some();
+    let host = host.map(Host::into_bytes);
+    let set = headers::to_upstream(&fields, forwarded, host, protocols);
     let retryable = may_send_again(&method, &body, wants_upgrade);
     let head = UpstreamHead {
         method,
@@ -178,6 +184,9 @@ fn send(
                             source,
                         })
                     }
+                }
+                Err(SendError::Exchange(ExchangeError::ClientBody(source))) => {
+                    Err(GatewayError::BadRequestBody(source))
                 }
                 Err(SendError::Exchange(source)) => Err(GatewayError::UpstreamFailed {
                     upstream: upstream(),

@@ -1,6 +1,7 @@
 //! Header rewriting between client and upstream: hop-by-hop headers (RFC 9110 §7.6.1) never
 //! cross the proxy, and the upstream learns who asked through X-Forwarded-*.
 
+use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING, UPGRADE};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
@@ -46,12 +47,18 @@ pub(crate) enum Role {
     Upgrade,
     /// Keep-Alive, TE, Trailer, Proxy-*: for this connection only.
     HopByHop,
+    /// X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, X-Original-URL,
+    /// X-Rewrite-URL: in a request, they make frameworks execute another method or path than
+    /// the one routed and counted, so no request carries them upstream. End to end in a
+    /// response.
+    Override,
     /// End to end, told apart so that a request's Host is found without comparing names.
     Host,
 }
 
 impl Role {
-    /// For this connection only: never forwarded.
+    /// Never forwarded in a request: for this connection only, or an override of what was
+    /// judged.
     pub(crate) fn is_hop_by_hop(self) -> bool {
         !matches!(self, Role::EndToEnd | Role::ContentLength | Role::Host)
     }
@@ -90,6 +97,10 @@ pub(crate) fn role(name: &[u8]) -> Role {
         (7, b'u') if is("upgrade") => Role::Upgrade,
         (10, b'c') if is("connection") => Role::Connection,
         (10, b'k') if is("keep-alive") => Role::HopByHop,
+        (13, b'x') if is("x-http-method") || is("x-rewrite-url") => Role::Override,
+        (14, b'x') if is("x-original-url") => Role::Override,
+        (17, b'x') if is("x-method-override") => Role::Override,
+        (22, b'x') if is("x-http-method-override") => Role::Override,
         (14, b'c') if is("content-length") => Role::ContentLength,
         (17, b't') if is("transfer-encoding") => Role::TransferEncoding,
         (6.., b'p') if same_name(&name[..6], b"proxy-") => Role::HopByHop,
@@ -139,48 +150,53 @@ pub struct Forwarded<'a> {
 /// them to the request's map cost a hash and an insert each, and often a regrow of the map.
 #[derive(Clone, Debug, Default)]
 pub struct SetFields {
-    /// Only when the request has none (HTTP/1.0 or HTTP/2).
-    pub host: Option<HeaderValue>,
-    /// The request's own fields carry a Host: neither `host` nor the server's authority is
-    /// added (told here so the pool need not look again).
-    pub host_in_request: bool,
-    /// X-Forwarded-Host repeats the host the client asked for: the request's own Host, else
-    /// `host` (written from them, not held a second time). Not derived from `host`: when the
-    /// client named no host, the pool puts its server's authority there.
+    /// The canonical host the request asked for, or (when it named none: HTTP/1.0, a health
+    /// check) the server's authority, which the pool puts here. Written first of all fields.
+    pub host: Option<Bytes>,
+    /// X-Forwarded-Host repeats `host`: only when the client named it. Not derived from
+    /// `host`: when the client named no host, the pool puts its server's authority there.
     pub forward_host: bool,
     pub forwarded_for: Option<HeaderValue>,
     pub forwarded_proto: Option<&'static str>,
     pub request_id: Option<RequestId>,
     /// The protocol of an upgrade the client asked for (with `Connection: upgrade`).
     pub upgrade: Option<HeaderValue>,
+    /// The peer is a trusted proxy: its `Forwarded` and `X-Real-IP` say who the client is.
+    pub peer_trusted: bool,
 }
 
 impl SetFields {
-    /// True for a client field that the gateway's own replaces: whatever a client says about
-    /// who forwarded it never reaches the upstream unchecked.
-    pub fn replaces(name: &[u8]) -> bool {
-        let is = |known: &HeaderName| name.eq_ignore_ascii_case(known.as_str().as_bytes());
+    /// True for a client field that the gateway's own replace, or (from a peer that is not a
+    /// trusted proxy) another claim of who the client is: whatever a client says about who
+    /// forwarded it never reaches the upstream unchecked.
+    pub fn leaves_out(&self, name: &[u8]) -> bool {
+        let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
         match name.len() {
-            12 => is(&X_REQUEST_ID),
-            15 => is(&X_FORWARDED_FOR),
-            16 => is(&X_FORWARDED_HOST),
-            17 => is(&X_FORWARDED_PROTO),
+            12 => is(X_REQUEST_ID.as_str()),
+            15 => is(X_FORWARDED_FOR.as_str()),
+            16 => is(X_FORWARDED_HOST.as_str()),
+            17 => is(X_FORWARDED_PROTO.as_str()),
+            9 => !self.peer_trusted && (is("forwarded") || is("x-real-ip")),
             _ => false,
         }
     }
 
-    /// Writes the fields as head lines, in a fixed order, after the request's own `fields`.
+    /// Writes the Host line, which goes first (RFC 9110 §7.2 recommends it).
+    pub(crate) fn encode_host(&self, buf: &mut Vec<u8>) {
+        if let Some(host) = &self.host {
+            buf.extend_from_slice(b"host: ");
+            buf.extend_from_slice(host);
+            buf.extend_from_slice(b"\r\n");
+        }
+    }
+
+    /// Writes the other fields as head lines, in a fixed order, after the request's own.
     /// Each name is a constant with the line end before it and its `: ` after, written at
     /// once: a `HeaderName` apiece, its `: ` and the line end apart, cost a third more.
-    pub(crate) fn encode(&self, buf: &mut Vec<u8>, fields: &RequestFields) {
-        let client_host = match (self.forward_host, self.host_in_request) {
-            (false, _) => None,
-            (true, true) => fields.get(&HOST),
-            (true, false) => bytes(&self.host),
-        };
-        let lines: [(&[u8], Option<&[u8]>); 7] = [
-            (b"\r\nhost: ", bytes(&self.host)),
-            (b"\r\nx-forwarded-host: ", client_host),
+    pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
+        let client_host = self.host.as_ref().filter(|_| self.forward_host);
+        let lines: [(&[u8], Option<&[u8]>); 6] = [
+            (b"\r\nx-forwarded-host: ", client_host.map(|host| &host[..])),
             (b"\r\nx-forwarded-for: ", bytes(&self.forwarded_for)),
             (
                 b"\r\nx-forwarded-proto: ",
@@ -215,33 +231,23 @@ fn bytes(field: &Option<HeaderValue>) -> Option<&[u8]> {
     field.as_ref().map(HeaderValue::as_bytes)
 }
 
-/// Strips the client's hop-by-hop fields in place and returns the fields the gateway sets.
-/// `authority` is the request target's (HTTP/2's `:authority`), the host asked for when the
-/// request carries no Host.
+/// The fields the gateway sets on a canonical request's way upstream: `host` is the canonical
+/// host it asked for, `upgrade` the protocols its route lets it switch to.
 pub fn to_upstream(
-    fields: &mut RequestFields,
+    fields: &RequestFields,
     forwarded: &Forwarded<'_>,
-    authority: Option<&str>,
+    host: Option<Bytes>,
     upgrade: Option<HeaderValue>,
 ) -> SetFields {
-    // Rare: a Host that the request's Connection field names is stripped, and still asked for.
-    let named_host = connection_has(fields, "host")
-        .then(|| fields.value(&HOST))
-        .flatten();
-    fields.strip_hop_by_hop();
     let forwarded_for = if forwarded.peer_trusted {
         forwarded_for_chain(fields, forwarded.peer)
     } else {
         forwarded.peer.clone()
     };
-    let host_in_request = fields.contains(&HOST);
-    let host = (!host_in_request)
-        .then(|| named_host.or_else(|| HeaderValue::from_str(authority?).ok()))
-        .flatten();
     SetFields {
-        forward_host: host_in_request || host.is_some(),
+        peer_trusted: forwarded.peer_trusted,
+        forward_host: host.is_some(),
         host,
-        host_in_request,
         forwarded_for: Some(forwarded_for),
         forwarded_proto: Some(forwarded.proto),
         request_id: Some(forwarded.request_id.clone()),
@@ -310,6 +316,13 @@ mod tests {
             ("content-type", Role::EndToEnd),
             ("proxy", Role::EndToEnd),
             ("x-proxy-id", Role::EndToEnd),
+            ("X-HTTP-Method-Override", Role::Override),
+            ("x-http-method", Role::Override),
+            ("X-Method-Override", Role::Override),
+            ("X-Original-URL", Role::Override),
+            ("x-rewrite-url", Role::Override),
+            ("x-http-methods", Role::EndToEnd),
+            ("x-original-uri", Role::EndToEnd),
             ("", Role::EndToEnd),
         ] {
             assert_eq!(role(name.as_bytes()), expected, "{name:?}");
@@ -403,16 +416,17 @@ mod tests {
         let id = RequestId::Kept(HeaderValue::from_static("id-1"));
         let peer = HeaderValue::from_static("127.0.0.1");
         let forwarded = asked_by(&peer, &id, true);
-        let host = Some("api.example.com");
-        let mut from_untrusted = map.clone();
-        let set = to_upstream(&mut map, &forwarded, host, None);
+        let host = Some(Bytes::from_static(b"api.example.com"));
+        let from_untrusted = map.clone();
+        map.strip_hop_by_hop();
+        let set = to_upstream(&map, &forwarded, host.clone(), None);
         let sent = as_sent(&map, &set);
         assert_eq!(sent["x-forwarded-for"], "203.0.113.1, 10.0.0.1, 127.0.0.1");
         let untrusted = Forwarded {
             peer_trusted: false,
             ..forwarded
         };
-        let set = to_upstream(&mut from_untrusted, &untrusted, host, None);
+        let set = to_upstream(&from_untrusted, &untrusted, host, None);
         let sent_untrusted = as_sent(&from_untrusted, &set);
         assert_eq!(sent_untrusted["x-forwarded-for"], "127.0.0.1");
         for sent in [&sent, &sent_untrusted] {
@@ -426,41 +440,33 @@ mod tests {
     }
 
     #[test]
-    fn the_host_asked_for_is_forwarded_once_whichever_way_it_came() {
+    fn the_host_asked_for_goes_first_and_is_repeated_in_x_forwarded_host() {
         let id = RequestId::Kept(HeaderValue::from_static("id"));
         let peer = HeaderValue::from_static("192.0.2.7");
         let forwarded = Forwarded {
             proto: "https",
             ..asked_by(&peer, &id, false)
         };
-        // The request's fields, its target's authority, the host expected upstream.
-        type Case<'a> = (&'a [(&'a str, &'a str)], Option<&'a str>, Option<&'a str>);
-        let cases: [Case; 5] = [
-            // Its own Host wins over the target's authority (absolute form).
-            (
-                &[("Host", "own.example")],
-                Some("target.example"),
-                Some("own.example"),
-            ),
-            (&[("host", "own.example")], None, Some("own.example")),
-            // Named by Connection: stripped, and still the host asked for.
-            (
-                &[("host", "named.example"), ("connection", "Host")],
-                None,
-                Some("named.example"),
-            ),
-            (&[], Some("h2.example:8443"), Some("h2.example:8443")),
-            (&[], None, None),
-        ];
-        for (pairs, authority, expected) in cases {
-            for mut fields in both(pairs) {
-                let set = to_upstream(&mut fields, &forwarded, authority, None);
-                let sent = as_sent(&fields, &set);
-                let all = |name: &str| sent.get_all(name).iter().collect::<Vec<_>>();
-                let expected: Vec<&str> = expected.into_iter().collect();
-                assert_eq!(all("host"), expected, "{pairs:?} {authority:?}");
-                assert_eq!(all("x-forwarded-host"), expected, "{pairs:?} {authority:?}");
-            }
+        for fields in both(&[("accept", "*/*")]) {
+            let host = Bytes::from_static(b"api.example.com:8443");
+            let set = to_upstream(&fields, &forwarded, Some(host), None);
+            let upstream = crate::proxy::upstream::UpstreamHead {
+                fields: fields.clone(),
+                ..crate::proxy::upstream::UpstreamHead::get("/")
+            };
+            let mut head = Vec::new();
+            crate::proxy::http1::encode_head(&mut head, &upstream, &set, None);
+            let text = String::from_utf8(head).unwrap();
+            assert!(
+                text.starts_with("GET / HTTP/1.1\r\nhost: api.example.com:8443\r\n"),
+                "{text}"
+            );
+            let sent = as_sent(&fields, &set);
+            assert_eq!(sent.get_all("host").iter().count(), 1);
+            assert_eq!(sent["x-forwarded-host"], "api.example.com:8443");
+            let unnamed = to_upstream(&fields, &forwarded, None, None);
+            let sent = as_sent(&fields, &unnamed);
+            assert!(!sent.contains_key("host") && !sent.contains_key("x-forwarded-host"));
         }
     }
 
@@ -484,7 +490,8 @@ mod tests {
         let peer = HeaderValue::from_static("::1");
         let forwarded = asked_by(&peer, &id, false);
         let protocol = map.value(&UPGRADE);
-        let set = to_upstream(&mut map, &forwarded, None, protocol);
+        map.strip_hop_by_hop();
+        let set = to_upstream(&map, &forwarded, None, protocol);
         let sent = as_sent(&map, &set);
         assert_eq!(sent["connection"], "upgrade");
         assert_eq!(sent["upgrade"], "websocket");

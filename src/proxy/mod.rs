@@ -1,6 +1,7 @@
 //! The request pipeline of DESIGN.md §1, read top to bottom in `proxy`: request id → header
-//! size → client ip → route → ip lists and edge → forward → respond. Each step lives in its
-//! own module; refusals come back as values and `respond` turns them into answers.
+//! size → canonical request → client ip → route → ip lists and edge → forward → respond. Each
+//! step lives in its own module; refusals come back as values and `respond` turns them into
+//! answers.
 
 mod admit;
 pub mod connections;
@@ -16,18 +17,18 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::header::HOST;
-use http::{HeaderValue, Response};
+use http::{HeaderName, HeaderValue, Method, Response};
 use tokio_util::sync::CancellationToken;
 
 use crate::added_fields::Added;
+use crate::canonical::{self, Host, TrailerFilter};
 use crate::client_ip::ClientIpPolicy;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ResponseStyle};
 use crate::edge::EdgeLayer;
+use crate::limit::key::KeyPart;
 use crate::limit::limiter::{Limiter, Stores};
 use crate::metrics::{LimitCounters, Metrics, RouteMetrics, UpstreamMetrics};
-use crate::request_fields::is_visible_text;
 use crate::request_id::{self, RequestId};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::Router;
@@ -41,6 +42,8 @@ use upstream::UpstreamPool;
 
 /// Everything a request needs, built once from a validated config.
 pub struct Runtime {
+    /// How requests are put in canonical form (`[server]` settings).
+    pub canonical: canonical::Policy,
     pub router: Router,
     pub upstreams: Vec<Arc<UpstreamPool>>,
     pub max_header_bytes: usize,
@@ -99,6 +102,7 @@ impl Runtime {
         let store_latency = metrics.store_latency(limiter.backend());
         let previous_edge = previous.and_then(|p| p.edge.as_ref());
         Ok(Runtime {
+            canonical: canonical_policy(config),
             router: Router::new(&config.routes),
             upstreams: upstreams?,
             max_header_bytes: config.server.max_header_bytes,
@@ -163,6 +167,26 @@ fn stores(config: &Config, previous: Option<&Stores>) -> Stores {
     }
 }
 
+/// The canonical form settings of `config`. Trailers never carry a field its limits or plans
+/// key on.
+fn canonical_policy(config: &Config) -> canonical::Policy {
+    let plans_key = config.plans.as_ref().map(|plans| &plans.key);
+    let keys: Vec<HeaderName> = (config.limits.iter())
+        .flat_map(|limit| &limit.key)
+        .chain(plans_key)
+        .filter_map(|part| match part {
+            KeyPart::Header(name) => Some(name.clone()),
+            _ => None,
+        })
+        .collect();
+    let underscores = config.server.underscores;
+    canonical::Policy {
+        escaped_slashes: config.server.escaped_slashes,
+        underscores,
+        trailers: Arc::new(TrailerFilter::new(keys, underscores)),
+    }
+}
+
 /// The client side of a connection, as the pipeline sees it.
 #[derive(Debug, Clone)]
 pub struct ClientConnection {
@@ -191,6 +215,9 @@ impl ClientConnection {
 struct RequestLog<'r> {
     route: Option<&'r str>,
     route_metrics: Option<&'r RouteMetrics>,
+    /// Method and path for the access log: the canonical path once there is one (never the
+    /// query string: it may carry API keys).
+    line: Option<(Method, String)>,
     client_ip: Option<IpAddr>,
     upstream: Option<&'r str>,
     /// `edge` or the limit that refused the request.
@@ -220,10 +247,6 @@ pub fn handle(
         let (runtime, client) = (&*runtime, &client);
         let started = Instant::now();
         let request_id = request_id::keep_or_mint(&request.fields);
-        // Only the path is logged: query strings may carry API keys.
-        let access = runtime
-            .access_log
-            .then(|| (request.method.clone(), request.uri.path().to_owned()));
         let mut log = RequestLog::default();
         // Pinned where it is made: `.await` on the call itself moved the whole future (room
         // for every one of its states, ~100 instructions of memcpy) into place first.
@@ -237,7 +260,7 @@ pub fn handle(
         runtime
             .metrics
             .observe_request(log.route_metrics, status, took);
-        if let Some((method, path)) = access {
+        if let Some((method, path)) = log.line.take() {
             tracing::info!(
                 target: "access",
                 request_id = request_id.as_str(),
@@ -272,22 +295,31 @@ fn proxy<'r>(
 ) -> impl Future<Output = Result<Response<ResponseBody>, GatewayError>> {
     async move {
         check_header_size(&request, runtime.max_header_bytes)?;
+        if runtime.access_log {
+            log.line = Some((request.method.clone(), request.uri.path().to_owned()));
+        }
+        let request = canonical::canonicalize(request, &runtime.canonical)?;
+        if let Some((_, path)) = &mut log.line
+            && path != request.path()
+        {
+            request.path().clone_into(path);
+        }
         let client_ip = runtime.client_ip.resolve(client.peer.ip(), &request.fields);
         log.client_ip = Some(client_ip.ip);
-        let host = request_host(&request).filter(|host| is_visible_text(host));
+        let host = request.host.as_ref().map(Host::name);
         let route = runtime
             .router
-            .find(host, request.uri.path(), &request.method)
+            .find(host, request.matched_path(), &request.method)
             .ok_or_else(|| GatewayError::NoRoute {
                 method: request.method.clone(),
-                path: request.uri.path().to_string(),
+                path: request.path().to_string(),
             })?;
         log.route = Some(&route.name);
         let route_metrics = &runtime.route_metrics[route.index];
         log.route_metrics = Some(route_metrics);
         let counted = route_metrics.enter();
         let (slot, statuses) = match pin!(admit::admit(
-            runtime, route, &request, host, client_ip, request_id
+            runtime, route, &request, client_ip, request_id
         ))
         .await
         {
@@ -317,7 +349,12 @@ fn proxy<'r>(
         let asked = Instant::now();
         let served_by = &mut log.upstream;
         let upstream_answer = pin!(forward::forward(
-            upstream, request, &forwarded, served_by, asked
+            upstream,
+            &route.upgrades,
+            request,
+            &forwarded,
+            served_by,
+            asked
         ))
         .await;
         let mut response = match upstream_answer {
@@ -339,11 +376,6 @@ fn proxy<'r>(
         response.body_mut().hold(slot, counted);
         Ok(response)
     }
-}
-
-/// The Host field's value, or the HTTP/2 `:authority`.
-fn request_host(request: &ProxyRequest) -> Option<&[u8]> {
-    (request.fields.get(&HOST)).or_else(|| Some(request.uri.authority()?.as_str().as_bytes()))
 }
 
 /// Enforces `max_header_bytes` on the request line and headers together. hyper's own buffer

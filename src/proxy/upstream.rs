@@ -7,21 +7,21 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
-use http::{HeaderValue, Method, Response, Uri};
+use http::{Method, Response, Uri};
 use http_body_util::{Either, Empty};
-use hyper::body::Incoming;
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::connections::{Connections, PooledBody, SendError};
 use super::headers::SetFields;
+use crate::canonical::ClientBody;
 use crate::config::{Balance, HealthCheck, UpstreamConfig, UpstreamServer};
 use crate::request_fields::RequestFields;
 use crate::tls::upstream::client_config;
 
 /// Body sent upstream: the client's streamed body, or nothing (retries, health checks, and
 /// the bodiless requests the gateway's own HTTP/1.1 server reads).
-pub type UpstreamBody = Either<Incoming, Empty<Bytes>>;
+pub type UpstreamBody = Either<ClientBody, Empty<Bytes>>;
 
 /// A request head as it goes upstream: the client's fields, to which the gateway's own are
 /// added as it is written (`SetFields`).
@@ -54,7 +54,7 @@ pub struct ServerState {
     /// Where connections go: scheme and authority.
     pub address: Uri,
     /// The Host header for a request that came without one (HTTP/1.0).
-    pub host: HeaderValue,
+    pub host: Bytes,
     in_flight: AtomicUsize,
     passes_checks: AtomicBool,
     check_streak: AtomicU32,
@@ -86,8 +86,7 @@ impl UpstreamPool {
             .map(|server| ServerState {
                 label: server.to_string(),
                 address: address(server),
-                host: HeaderValue::from_str(server.authority.as_str())
-                    .unwrap_or_else(|_| HeaderValue::from_static("localhost")),
+                host: Bytes::copy_from_slice(server.authority.as_str().as_bytes()),
                 server: server.clone(),
                 in_flight: AtomicUsize::new(0),
                 passes_checks: AtomicBool::new(true),
@@ -137,7 +136,7 @@ impl UpstreamPool {
         deadline: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> + '_ {
         let target = &self.servers[server];
-        if set.host.is_none() && !set.host_in_request {
+        if set.host.is_none() {
             set.host = Some(target.host.clone());
         }
         self.connections

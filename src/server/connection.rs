@@ -20,20 +20,20 @@ use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use futures_util::FutureExt;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::http1::{self, Close, Watch};
+use super::hyper_conn::HyperServers;
 use super::only_when_woken::OnlyWhenWoken;
 use crate::proxy::request::ProxyRequest;
 use crate::proxy::{self, ClientConnection, Runtime};
 use crate::respond::ResponseBody;
 
 pub struct ConnectionSettings {
-    pub builder: auto::Builder<TokioExecutor>,
+    pub hyper: HyperServers,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
 }
@@ -104,11 +104,20 @@ impl Drop for Answering {
     }
 }
 
-/// Serves one connection; `proto` ("http" or "https") is what X-Forwarded-Proto says.
+/// Which protocols a connection may speak.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Protocols {
+    /// HTTP/1.x, or HTTP/2 with prior knowledge.
+    Any,
+    /// HTTP/1.x: TLS chose `http/1.1` by ALPN.
+    Http1Only,
+}
+
+/// Serves one connection from `(peer, proto, protocols)`; `proto` ("http" or "https") is what
+/// X-Forwarded-Proto says.
 pub async fn serve<S>(
     stream: S,
-    peer: SocketAddr,
-    proto: &'static str,
+    (peer, proto, protocols): (SocketAddr, &'static str, Protocols),
     runtime: Arc<ArcSwap<Runtime>>,
     settings: Arc<ConnectionSettings>,
     stop: CancellationToken,
@@ -138,13 +147,18 @@ pub async fn serve<S>(
         client: &client,
         activity: &activity,
     };
-    let io = match http1::serve(io, &answerer, &mut guard).await {
+    let (io, at_start) = match http1::serve(io, &answerer, &mut guard).await {
         http1::Ended::Closed => return,
-        http1::Ended::ToHyper(mut io, read) => {
-            io.read_ahead = read;
-            io
+        http1::Ended::ToHyper {
+            io: mut handed,
+            read,
+            at_start,
+        } => {
+            handed.read_ahead = read;
+            (handed, at_start)
         }
     };
+    let http2_allowed = protocols == Protocols::Any && at_start;
 
     let service_activity = activity.clone();
     let service = service_fn(move |request| {
@@ -158,9 +172,7 @@ pub async fn serve<S>(
             Ok::<_, Infallible>(ResponseBody::with_fields_in_headers(response))
         })
     });
-    let connection = settings
-        .builder
-        .serve_connection_with_upgrades(TokioIo::new(io), service);
+    let connection = (settings.hyper).serve(TokioIo::new(io), service, http2_allowed);
     tokio::pin!(connection);
     let mut draining = false;
     loop {

@@ -11,6 +11,7 @@
 mod admin;
 mod connection;
 mod http1;
+mod hyper_conn;
 mod only_when_woken;
 mod reload;
 
@@ -35,7 +36,10 @@ use crate::metrics::Metrics;
 use crate::proxy::Runtime;
 use crate::tls::server::{CertResolver, acceptor};
 use admin::AdminState;
-use connection::ConnectionSettings;
+use connection::{ConnectionSettings, Protocols};
+#[cfg(fuzzing)]
+pub use http1::parse_for_fuzzing;
+use hyper_conn::HyperServers;
 use reload::Generation;
 pub use reload::{ReloadError, Reloader, watch_files};
 
@@ -375,26 +379,32 @@ fn tls_entry(config: &TlsListenerConfig) -> Result<TlsEntry, rustls::Error> {
 }
 
 fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        // `connection` enforces header_read_timeout; hyper's timer would also cut idle
-        // keep-alive connections (see connection.rs).
-        .header_read_timeout(None)
-        .keep_alive(true)
-        // One buffer per write: a response head and a small body go out in one send, which
-        // costs less in hyper and in the kernel than a two-part writev.
-        .writev(false)
-        // Leave room above max_header_bytes so `proxy` can answer 431 as problem+json; hyper
-        // answers a bare 431 for anything beyond.
-        .max_buf_size(server.max_header_bytes * 2 + 8192);
-    builder
-        .http2()
+    let mut auto = auto::Builder::new(TokioExecutor::new());
+    // The same HTTP/1 settings for both servers, written once.
+    macro_rules! http1_settings {
+        ($builder:expr) => {
+            $builder
+                .timer(TokioTimer::new())
+                // `connection` enforces header_read_timeout; hyper's timer would also cut idle
+                // keep-alive connections (see connection.rs).
+                .header_read_timeout(None)
+                .keep_alive(true)
+                // One buffer per write: a response head and a small body go out in one send,
+                // which costs less in hyper and in the kernel than a two-part writev.
+                .writev(false)
+                // Leave room above max_header_bytes so `proxy` can answer 431 as problem+json;
+                // hyper answers a bare 431 for anything beyond.
+                .max_buf_size(server.max_header_bytes * 2 + 8192)
+        };
+    }
+    http1_settings!(auto.http1());
+    auto.http2()
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(server.max_header_bytes * 2).unwrap_or(u32::MAX));
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1_settings!(http1);
     ConnectionSettings {
-        builder,
+        hyper: HyperServers { auto, http1 },
         header_read_timeout: server.header_read_timeout,
         idle_timeout: server.idle_timeout,
     }
@@ -451,13 +461,23 @@ impl AcceptLoop {
         let tls = self.tls.clone();
         async move {
             match tls {
-                None => connection::serve(stream, peer, "http", runtime, settings, stop).await,
+                None => {
+                    let client = (peer, "http", Protocols::Any);
+                    connection::serve(stream, client, runtime, settings, stop).await
+                }
                 Some(tls) => {
                     let handshake =
                         tokio::time::timeout(tls.handshake_timeout, tls.acceptor.accept(stream));
                     match handshake.await {
                         Ok(Ok(stream)) => {
-                            connection::serve(stream, peer, "https", runtime, settings, stop).await
+                            // HTTP/2 over TLS only when ALPN chose it (RFC 9113 §3.3).
+                            let alpn = stream.get_ref().1.alpn_protocol();
+                            let protocols = match alpn {
+                                Some(b"http/1.1") => Protocols::Http1Only,
+                                _ => Protocols::Any,
+                            };
+                            let client = (peer, "https", protocols);
+                            connection::serve(stream, client, runtime, settings, stop).await
                         }
                         Ok(Err(error)) => handshake_failed(&tls, peer, &error.to_string()),
                         Err(_) => handshake_failed(&tls, peer, "handshake_timeout passed"),

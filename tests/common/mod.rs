@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fleet;
+pub mod recording;
 pub mod redis_server;
 
 use std::convert::Infallible;

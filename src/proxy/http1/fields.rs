@@ -76,7 +76,7 @@ impl<'h> ReadFields<'h> {
         for field in fields {
             let name = field.name.as_bytes();
             match role(name) {
-                Role::EndToEnd | Role::Host => read.kept.push(name, field.value),
+                Role::EndToEnd | Role::Host | Role::Override => read.kept.push(name, field.value),
                 Role::Upgrade if upgrading => read.kept.push(name, field.value),
                 Role::Connection => read.connection.add(field.value),
                 Role::TransferEncoding => {

@@ -88,12 +88,13 @@ pub(crate) fn encode_head(
     buf.push(b' ');
     buf.extend_from_slice(head.target.as_str().as_bytes());
     buf.extend_from_slice(b" HTTP/1.1\r\n");
+    set.encode_host(buf);
     let framed_here = length.is_some();
     let framing = |name: &[u8]| matches!(role(name), Role::ContentLength | Role::TransferEncoding);
     head.fields.encode(buf, |name| {
-        !(SetFields::replaces(name) || framed_here && framing(name))
+        !(set.leaves_out(name) || framed_here && framing(name))
     });
-    set.encode(buf, &head.fields);
+    set.encode(buf);
     match length {
         Some(Some(n)) => {
             buf.extend_from_slice(b"content-length: ");

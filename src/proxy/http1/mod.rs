@@ -13,12 +13,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, Method, Response, StatusCode};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body::{Body, Frame};
 use tokio::io::AsyncWrite;
 use tokio::time::{Instant, Sleep};
 
-use super::headers::SetFields;
+use super::headers::{Role, SetFields, list_items, role};
 use super::upstream::{UpstreamBody, UpstreamHead};
 use crate::upstream_fields::UpstreamFields;
 
@@ -60,7 +60,7 @@ pub enum ExchangeError {
     BodyCut,
     #[error("no response head before the response timeout")]
     TimedOut,
-    #[error("101 Switching Protocols to a request that asked for no upgrade")]
+    #[error("101 Switching Protocols to a protocol the request did not offer")]
     UnexpectedUpgrade,
     #[error("reading the client's request body failed: {0}")]
     ClientBody(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -187,9 +187,9 @@ impl Connection {
             self.timer.as_mut().reset(deadline);
         }
         self.start(head, set, body);
-        let wants_upgrade = set.upgrade.is_some();
+        let offered = set.upgrade.as_ref();
         let head_request = head.method == Method::HEAD;
-        std::future::poll_fn(|cx| self.poll_head(cx, head_request, wants_upgrade)).await
+        std::future::poll_fn(|cx| self.poll_head(cx, head_request, offered)).await
     }
 
     /// Encodes the request head; the body goes out as the exchange is polled.
@@ -212,14 +212,15 @@ impl Connection {
         &mut self,
         cx: &mut Context<'_>,
         head_request: bool,
-        wants_upgrade: bool,
+        offered: Option<&HeaderValue>,
     ) -> Poll<Result<ResponseHead, ExchangeError>> {
         loop {
             // An upstream may answer before the whole body is sent; both go on together.
             self.drive_upload(cx)?;
             if let Some(head) = parse_head(&mut self.read_buf, head_request)? {
                 let status = head.response.status();
-                if status == StatusCode::SWITCHING_PROTOCOLS && !wants_upgrade {
+                if status == StatusCode::SWITCHING_PROTOCOLS && !switches_to_offered(&head, offered)
+                {
                     return Poll::Ready(Err(ExchangeError::UnexpectedUpgrade));
                 }
                 if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
@@ -418,6 +419,24 @@ impl Connection {
             early: self.read_buf.freeze(),
         }
     }
+}
+
+/// Whether a 101 switches to a protocol the request offered (RFC 9110 §7.8): a tunnel to
+/// anything else (an `h2c` the gateway never offered) would carry requests no limit saw.
+fn switches_to_offered(head: &ResponseHead, offered: Option<&HeaderValue>) -> bool {
+    let Some(offered) = offered else {
+        return false;
+    };
+    let mut upgrade = head
+        .fields
+        .iter()
+        .filter(|(name, _)| role(name) == Role::Upgrade);
+    let Some((_, chosen)) = upgrade.next() else {
+        return false;
+    };
+    let chosen = chosen.trim_ascii();
+    upgrade.next().is_none()
+        && list_items(offered.as_bytes()).any(|item| item.eq_ignore_ascii_case(chosen))
 }
 
 #[cfg(test)]

@@ -61,8 +61,14 @@ pub(super) trait Watch {
 /// How serving here ended.
 pub(super) enum Ended<S> {
     Closed,
-    /// A request to leave to hyper: the connection and every byte read from it but not served.
-    ToHyper(S, BytesMut),
+    /// A request to leave to hyper: the connection and every byte read from it but not served,
+    /// which begin at the connection's first byte when `at_start` (only then may they be the
+    /// HTTP/2 preface).
+    ToHyper {
+        io: S,
+        read: BytesMut,
+        at_start: bool,
+    },
 }
 
 /// What is needed to answer a request.
@@ -81,11 +87,18 @@ where
     let mut read = BytesMut::with_capacity(8 * 1024);
     // Allocated by the first response: an idle connection keeps only its read buffer.
     let mut out = Vec::new();
+    let mut served_any = false;
     loop {
         let request = loop {
             match parse_request(&mut read) {
                 Parsed::Request(request) => break request,
-                Parsed::Other => return Ended::ToHyper(io, read),
+                Parsed::Other => {
+                    return Ended::ToHyper {
+                        io,
+                        read,
+                        at_start: !served_any,
+                    };
+                }
                 Parsed::Partial => {}
             }
             tokio::select! {
@@ -114,6 +127,7 @@ where
         let Some((response, stopping)) = answered else {
             return Ended::Closed;
         };
+        served_any = true;
         let keep_alive = !stopping && !asks_to_close(response.headers());
         // Pinned where it is made, as `handling` (`.await` on the call moved it first).
         let written = pin!(write_response(&mut io, &mut out, response, keep_alive)).await;
@@ -188,6 +202,15 @@ enum Parsed {
     Other,
 }
 
+/// The request the own server reads from `bytes`, if it serves it: for the fuzz targets.
+#[cfg(fuzzing)]
+pub fn parse_for_fuzzing(bytes: &[u8]) -> Option<ProxyRequest> {
+    match parse_request(&mut BytesMut::from(bytes)) {
+        Parsed::Request(request) => Some(request),
+        Parsed::Partial | Parsed::Other => None,
+    }
+}
+
 /// The request head at the start of `read`, split off it when it is one served here; when
 /// it is not, `read` is left as it was, for hyper.
 fn parse_request(read: &mut BytesMut) -> Parsed {
@@ -214,6 +237,7 @@ fn parse_request(read: &mut BytesMut) -> Parsed {
         Ok(uri) => Parsed::Request(ProxyRequest {
             method: parts.method,
             uri,
+            version: Version::HTTP_11,
             fields: RequestFields::Lines(fields.in_head(head)),
             upgrade: None,
             body: Either::Right(Empty::new()),
@@ -276,6 +300,7 @@ fn served_here(role: Role, name: &[u8], value: &[u8]) -> bool {
         Role::Connection => value.eq_ignore_ascii_case(b"keep-alive"),
         Role::ContentLength | Role::TransferEncoding | Role::Upgrade => false,
         Role::HopByHop => !name.eq_ignore_ascii_case(b"te"),
+        Role::Override => true,
         Role::EndToEnd => !name.eq_ignore_ascii_case(b"expect"),
         Role::Host => true,
     }

@@ -1,0 +1,143 @@
+//! What the fuzz targets (`fuzz/`) call, built with `--cfg fuzzing` only: each checks the
+//! invariants of the canonical request step on whatever bytes it is given, and panics when one
+//! does not hold.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Version};
+use http_body_util::{Either, Empty};
+
+use crate::canonical::path::{self, EscapedSlashes};
+use crate::canonical::{
+    BadRequest, Policy, Request, TrailerFilter, Underscores, canonicalize, host,
+};
+use crate::proxy::headers::{Role, role};
+use crate::proxy::request::ProxyRequest;
+use crate::request_fields::RequestFields;
+
+/// A path's canonical form is canonical, ASCII and origin-form.
+pub fn path(bytes: &[u8]) {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    for slashes in [EscapedSlashes::Keep, EscapedSlashes::Reject] {
+        if let Ok(Some(canonical)) = path::normalize(text, slashes) {
+            assert!(
+                canonical.starts_with('/') && canonical.is_ascii(),
+                "{canonical:?}"
+            );
+            assert!(!canonical.contains("//"), "{canonical:?}");
+            assert_eq!(path::normalize(&canonical, slashes), Ok(None), "{text:?}");
+        }
+    }
+}
+
+/// A host's canonical form is canonical, and its name a prefix of it.
+pub fn host(bytes: &[u8]) {
+    host::check_the_fast_path(bytes);
+    if let Ok(canonical) = host::canonical(bytes) {
+        let text = canonical.text.as_ref();
+        assert!(canonical.name_len <= text.len() && canonical.name_len > 0);
+        let again = host::canonical(text).expect("a canonical host is valid");
+        assert_eq!(again.text.as_ref(), text);
+        assert_eq!(again.name_len, canonical.name_len);
+    }
+}
+
+/// A request head read by the own server (when it serves it) and as hyper's map: both give the
+/// same canonical request or the same refusal, and a canonical request keeps the invariants of
+/// `crate::canonical`.
+pub fn request(bytes: &[u8]) {
+    let Some(own) = crate::server::parse_for_fuzzing(bytes) else {
+        return;
+    };
+    let mapped = as_map(&own, bytes);
+    let policy = Policy {
+        escaped_slashes: EscapedSlashes::Keep,
+        underscores: Underscores::Drop,
+        trailers: Arc::new(TrailerFilter::new(Vec::new(), Underscores::Drop)),
+    };
+    let own = canonicalize(own, &policy).map(facts);
+    let mapped = canonicalize(mapped, &policy).map(facts);
+    match (&own, &mapped) {
+        (Ok(own), Ok(mapped)) => {
+            assert_eq!(own, mapped);
+            check(own);
+        }
+        (Err(own), Err(mapped)) => assert_eq!(kind(own), kind(mapped)),
+        _ => panic!("own {own:?} vs map {mapped:?}"),
+    }
+}
+
+/// What a canonical request says: method, host, target and fields.
+type Facts = (Method, Option<String>, String, Vec<(String, String)>);
+
+/// The fields in order of name: the order of different names carries no meaning (RFC 9110
+/// §5.3), and hyper's map does not keep it; a stable sort keeps each name's values in order.
+fn facts(request: Request) -> Facts {
+    let host = (request.host.as_ref()).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned());
+    let mut fields = request.fields.pairs();
+    fields.sort_by(|a, b| a.0.cmp(&b.0));
+    (
+        request.method.clone(),
+        host,
+        request.target.as_str().to_owned(),
+        fields,
+    )
+}
+
+fn kind(error: &BadRequest) -> std::mem::Discriminant<BadRequest> {
+    std::mem::discriminant(error)
+}
+
+fn check((method, host, target, fields): &Facts) {
+    assert!(
+        method
+            .as_str()
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b == b'_' || b == b'-')
+    );
+    if let Some(host) = host {
+        assert_eq!(
+            host::canonical(host.as_bytes()).map(|h| h.text.into_owned()),
+            Ok(host.as_bytes().to_vec())
+        );
+    }
+    let path = target.split('?').next().unwrap_or_default();
+    assert_eq!(
+        path::normalize(path, EscapedSlashes::Keep),
+        Ok(None),
+        "{target}"
+    );
+    for (name, _) in fields {
+        assert!(
+            matches!(role(name.as_bytes()), Role::EndToEnd),
+            "{name} left in"
+        );
+        assert!(!name.contains('_'), "{name} left in");
+    }
+}
+
+/// The same request as hyper would hand it over: the head's fields in a map.
+fn as_map(request: &ProxyRequest, bytes: &[u8]) -> ProxyRequest {
+    let mut fields = [httparse::EMPTY_HEADER; 100];
+    let mut parsed = httparse::Request::new(&mut fields);
+    let _ = parsed.parse(bytes);
+    let mut map = HeaderMap::new();
+    for field in parsed.headers.iter() {
+        let name = HeaderName::from_bytes(field.name.as_bytes());
+        let value = HeaderValue::from_bytes(field.value);
+        if let (Ok(name), Ok(value)) = (name, value) {
+            map.append(name, value);
+        }
+    }
+    ProxyRequest {
+        method: request.method.clone(),
+        uri: request.uri.clone(),
+        version: Version::HTTP_11,
+        fields: RequestFields::Map(map),
+        upgrade: None,
+        body: Either::Right(Empty::<Bytes>::new()),
+    }
+}
