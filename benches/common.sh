@@ -18,12 +18,15 @@ ensure_tools() {
 ensure_tools python3
 
 # The binary under test: this tree's release build, or BIN when given (e.g. the profile-guided
-# build of benches/pgo.sh, target/pgo/ratelimit-proxy), which is then used as it is.
-if [ -z "${BIN:-}" ]; then
-  cargo build --release --quiet
-  BIN=target/release/ratelimit-proxy
+# build of benches/pgo.sh, target/pgo/ratelimit-proxy), which is then used as it is. Scripts
+# that run no gateway (script.sh) set NO_GATEWAY=1 and build nothing.
+if [ -z "${NO_GATEWAY:-}" ]; then
+  if [ -z "${BIN:-}" ]; then
+    cargo build --release --quiet
+    BIN=target/release/ratelimit-proxy
+  fi
+  [ -x "$BIN" ] || { echo "BIN is \"$BIN\": expected an executable ratelimit-proxy" >&2; exit 1; }
 fi
-[ -x "$BIN" ] || { echo "BIN is \"$BIN\": expected an executable ratelimit-proxy" >&2; exit 1; }
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"; }

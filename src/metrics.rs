@@ -93,6 +93,12 @@ pub struct BackendKind {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeLabel {
+    /// A Redis node's `host:port`.
+    pub node: LabelText,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamServerLabels {
     pub upstream: LabelText,
     pub server: LabelText,
@@ -128,7 +134,8 @@ pub struct Metrics {
     pub in_flight: Family<RouteLabel, Gauge>,
     pub store_duration: Family<BackendLabel, Histogram, fn() -> Histogram>,
     pub store_errors: Family<BackendKind, Counter>,
-    pub store_breaker_open: Gauge,
+    /// By Redis node (a cluster's masters), refreshed when scraped.
+    pub store_breaker_open: Family<NodeLabel, Gauge>,
     /// The most-denied identities, for /debug/limited.
     pub limited: HeavyHitters,
     /// `rlp_requests_total{route=""}`: requests no route matched.
@@ -259,7 +266,7 @@ impl Metrics {
                 latency_histogram as fn() -> Histogram,
             );
         let store_errors = Family::<BackendKind, Counter>::default();
-        let store_breaker_open = Gauge::default();
+        let store_breaker_open = Family::<NodeLabel, Gauge>::default();
         registry.register(
             "rlp_upstream_requests",
             "Upstream answers by upstream and status",
@@ -287,7 +294,7 @@ impl Metrics {
         );
         registry.register(
             "rlp_store_breaker_open",
-            "1 while the store circuit breaker is open",
+            "Whether the circuit breaker of a Redis node is open (1) or closed (0)",
             store_breaker_open.clone(),
         );
         let no_route = requests_of(&requests, "");

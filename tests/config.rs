@@ -167,8 +167,28 @@ methods = ["G E T"]
 #[test]
 fn redis_store_mistakes_name_their_key_and_what_was_expected() {
     let limit = "[[limits]]\nname = \"l\"\nkey = [\"ip\"]\nalgorithm = \"sliding_window\"\nrates = [{ limit = 200000, per = \"1d\" }]\n";
-    let cases: [(&str, &str, &str); 9] = [
+    let cases: [(&str, &str, &str); 13] = [
+        (
+            "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\ntimeout = \"2m\"",
+            "store.timeout",
+            "at most \"1m\"",
+        ),
         ("[store]\nbackend = \"redis\"", "store.url", "needs url"),
+        (
+            "[store]\nready_requires_redis = true",
+            "store.ready_requires_redis",
+            "only applies to backend",
+        ),
+        (
+            "[store]\nconnect_timeout = \"1s\"",
+            "store.connect_timeout",
+            "only applies to backend",
+        ),
+        (
+            "[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\nconnect_timeout = \"soon\"",
+            "store.connect_timeout",
+            "",
+        ),
         (
             "[store]\nurl = \"redis://127.0.0.1:6379\"",
             "store.url",
@@ -462,6 +482,24 @@ fn a_route_checks_at_most_256_windows_counting_each_limits_largest_tier() {
     assert!(
         beyond.contains("gw.toml: routes[0].limits: these limits have up to 257 windows"),
         "{beyond}"
+    );
+}
+
+/// The Redis store's defaults: `timeout` 50 ms, `connect_timeout` 1 s, limits fall back to
+/// `local` (each instance enforcing its share alone), `/readyz` does not wait for Redis.
+#[test]
+fn redis_store_defaults() {
+    let text = format!(
+        "{VALID}\n[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\n[[limits]]\nname = \"l\"\nkey = [\"ip\"]\nrates = [{{ limit = 5, per = \"1m\" }}]\n"
+    );
+    let config = ratelimit_proxy::config::parse_str(&text, "gw.toml").unwrap();
+    let redis = config.store.redis.as_ref().unwrap();
+    assert_eq!(redis.timeout, std::time::Duration::from_millis(50));
+    assert_eq!(redis.connect_timeout, std::time::Duration::from_secs(1));
+    assert!(!config.store.ready_requires_redis);
+    assert_eq!(
+        config.limits[0].on_error,
+        ratelimit_proxy::limit::rules::OnError::Local
     );
 }
 

@@ -66,6 +66,18 @@ fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
         .unwrap()
 }
 
+/// Whether `/readyz` answers 200 within 10 s.
+async fn ready(gateway: &TestGateway) -> bool {
+    let url = format!("http://{}/readyz", gateway.admin_addr.unwrap());
+    for _ in 0..500 {
+        if get(&url).await.0.status() == StatusCode::OK {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
 async fn metrics(gateway: &TestGateway) -> String {
     let url = format!("http://{}/metrics", gateway.admin_addr.unwrap());
     let (_, body) = get(&url).await;
@@ -141,13 +153,12 @@ async fn each_request_is_one_evalsha_whatever_its_limits() {
     let upstream = TestUpstream::ok("ok").await;
     let limits = "[[limits]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nalgorithm = \"gcra\"\nrates = [{ limit = 100, per = \"1m\" }, { limit = 1000, per = \"1h\" }]\n\n\
         [[limits]]\nname = \"per-ip\"\nkey = [\"ip\"]\nalgorithm = \"sliding_window\"\nrates = [{ limit = 1000, per = \"1m\" }]\n";
-    let text = config(
-        &upstream,
-        &redis_store(&server, "one:", "2s", ""),
-        &[],
-        limits,
-    ) + "[[routes]]\nname = \"both\"\nupstream = \"api\"\nlimits = [\"per-key\", \"per-ip\"]\n";
+    let store = redis_store(&server, "one:", "2s", "ready_requires_redis = true");
+    let text = config(&upstream, &store, &[], limits)
+        + "[[routes]]\nname = \"both\"\nupstream = \"api\"\nlimits = [\"per-key\", \"per-ip\"]\n";
     let gateway = TestGateway::start(&text).await;
+    // Every worker has connected and loaded the script: nothing but requests from here on.
+    assert!(ready(&gateway).await);
     assert_eq!(status(&gateway, "/", "warm-up").await, StatusCode::OK);
 
     let before = server.all_calls();
@@ -314,7 +325,11 @@ async fn redis_killed_mid_load_each_limit_follows_its_on_error_and_recovers_with
         );
     }
     let text = metrics(&gateway).await;
-    assert!(text.contains("rlp_store_breaker_open 1"), "{text}");
+    let open = format!(
+        "rlp_store_breaker_open{{node=\"127.0.0.1:{}\"}} 1",
+        server.port
+    );
+    assert!(text.contains(&open), "{text}");
     assert!(text.contains("decision=\"error_allowed\""));
     assert!(text.contains("decision=\"error_denied\""));
     // The local route: one request decided by Redis before the kill, then five allowed by the
@@ -361,9 +376,13 @@ async fn a_paused_redis_costs_at_most_the_timeout_and_nothing_hangs() {
     let server = RedisServer::start();
     let upstream = TestUpstream::ok("ok").await;
     let limits = "[[limits]]\nname = \"per-key\"\nkey = [\"header:x-api-key\"]\nrates = [{ limit = 100, per = \"1m\" }]\n";
-    let store = redis_store(&server, "pause:", "250ms", "");
+    let store = redis_store(&server, "pause:", "250ms", "ready_requires_redis = true");
     let text = config(&upstream, &store, &[("/", "per-key")], limits);
     let gateway = TestGateway::start(&text).await;
+    assert!(
+        ready(&gateway).await,
+        "every worker connected before the pause"
+    );
     assert_eq!(status(&gateway, "/", "k").await, StatusCode::OK);
 
     let _: () = redis::cmd("CLIENT")

@@ -30,15 +30,17 @@ fn settings(port: u16) -> Settings {
         connect_timeout: Duration::from_secs(2),
         timeout: Duration::from_secs(2),
         tls: None,
+        merge: true,
     }
 }
 
-fn soon() -> Instant {
-    Instant::now() + Duration::from_secs(2)
+/// How long a call that should be answered may wait.
+fn soon() -> Duration {
+    Duration::from_secs(2)
 }
 
-async fn call(pipe: &Pipe, deadline: Instant, arguments: &[&[u8]]) -> Result<Reply, StoreError> {
-    pipe.call(deadline, |out| {
+async fn call(pipe: &Pipe, wait: Duration, arguments: &[&[u8]]) -> Result<Reply, StoreError> {
+    pipe.call(wait, |out| {
         let mut command = Command::new(out, arguments.len());
         for argument in arguments {
             command.arg(argument);
@@ -89,7 +91,10 @@ async fn concurrent_calls_each_get_their_own_reply_of_every_kind() {
                 matches!(&reply, Err(StoreError::Server(e)) if e.contains("unknown command")),
                 "{reply:?}"
             ),
-            _ => assert_eq!(reply, Ok(Reply::Array)),
+            _ => assert!(
+                matches!(&reply, Ok(Reply::Array(frame)) if frame.starts_with(b"*2\r\n")),
+                "{reply:?}"
+            ),
         }
     }
     let clients: String = redis::cmd("CLIENT")
@@ -201,12 +206,12 @@ async fn read_pings(stream: &mut TcpStream, commands: usize) {
     assert!(buffer.starts_with(b"*1\r\n$4\r\nPING\r\n"));
 }
 
-async fn ping(pipe: &Pipe, deadline: Instant) -> Result<Reply, StoreError> {
-    call(pipe, deadline, &[b"PING"]).await
+async fn ping(pipe: &Pipe, wait: Duration) -> Result<Reply, StoreError> {
+    call(pipe, wait, &[b"PING"]).await
 }
 
 #[tokio::test]
-async fn a_silent_server_times_calls_out_at_their_deadline() {
+async fn a_silent_server_times_calls_out_at_the_timeout() {
     let (fake, port) = Fake::start().await;
     let pipe = Pipe::new(Settings {
         timeout: Duration::from_millis(150),
@@ -218,8 +223,7 @@ async fn a_silent_server_times_calls_out_at_their_deadline() {
         tokio::time::sleep(Duration::from_secs(30)).await;
     });
     let started = Instant::now();
-    let deadline = started + Duration::from_millis(150);
-    let replies = join_all((0..3).map(|_| ping(&pipe, deadline))).await;
+    let replies = join_all((0..3).map(|_| ping(&pipe, soon()))).await;
     let waited = started.elapsed();
     for reply in replies {
         assert_eq!(reply, Err(StoreError::Timeout(Duration::from_millis(150))));
@@ -248,7 +252,7 @@ async fn a_connection_silent_long_past_a_deadline_is_replaced() {
     });
     let deadline = Instant::now() + Duration::from_millis(100);
     assert!(matches!(
-        ping(&pipe, deadline).await,
+        ping(&pipe, Duration::from_millis(100)).await,
         Err(StoreError::Timeout(_))
     ));
     assert_eq!(closing.await.unwrap(), Some(0), "closed by the gateway");
@@ -276,7 +280,7 @@ async fn a_late_reply_goes_to_the_call_it_answers_not_the_next() {
             .unwrap();
         tokio::time::sleep(Duration::from_secs(30)).await;
     });
-    let first = ping(&pipe, Instant::now() + Duration::from_millis(50)).await;
+    let first = ping(&pipe, Duration::from_millis(50)).await;
     assert!(matches!(first, Err(StoreError::Timeout(_))), "{first:?}");
     let second = tokio::spawn(async move { ping(&pipe, soon()).await });
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -491,7 +495,7 @@ async fn calls_beyond_the_most_that_may_wait_fail_at_once() {
     let deadline = Instant::now() + Duration::from_millis(300);
     let mut waiting = Vec::new();
     for _ in 0..10_000 {
-        let mut call = Box::pin(ping(&pipe, deadline));
+        let mut call = Box::pin(ping(&pipe, Duration::from_millis(300)));
         assert!(futures_util::poll!(call.as_mut()).is_pending());
         waiting.push(call);
     }
@@ -503,7 +507,7 @@ async fn calls_beyond_the_most_that_may_wait_fail_at_once() {
     drop(waiting);
     // The stall is noticed 2 s after the deadline; half a second of margin for a busy machine.
     tokio::time::sleep_until(deadline + Duration::from_millis(2500)).await;
-    let after = ping(&pipe, Instant::now() + Duration::from_millis(50)).await;
+    let after = ping(&pipe, Duration::from_millis(50)).await;
     assert!(
         matches!(after, Err(StoreError::Timeout(_))),
         "room again: {after:?}"
@@ -663,4 +667,136 @@ async fn a_merged_calls_error_or_a_reply_of_the_wrong_length_fails_each_caller()
         );
     }
     server.abort();
+}
+
+/// The timeout is Redis' time, not the gateway's queue: calls queued behind others that Redis
+/// keeps answering wait their turn, however long the line, and none times out; Redis falling
+/// silent for the timeout then fails every call still waiting.
+#[tokio::test]
+async fn calls_behind_calls_redis_keeps_answering_do_not_time_out() {
+    let (fake, port) = Fake::start().await;
+    let timeout = Duration::from_millis(150);
+    let pipe = Pipe::new(Settings {
+        timeout,
+        ..settings(port)
+    });
+    let server = tokio::spawn(async move {
+        let mut stream = fake.accept().await;
+        read_pings(&mut stream, 10).await;
+        // One reply every 50 ms: the last comes 500 ms after the calls, 3 timeouts later.
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            stream.write_all(b"+PONG\r\n").await.unwrap();
+        }
+        read_pings(&mut stream, 2).await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    });
+    let started = Instant::now();
+    let replies = join_all((0..10).map(|_| ping(&pipe, soon()))).await;
+    assert!(started.elapsed() >= Duration::from_millis(450));
+    for reply in replies {
+        assert_eq!(reply, status("PONG"));
+    }
+    let silent = Instant::now();
+    let replies = join_all((0..2).map(|_| ping(&pipe, soon()))).await;
+    for reply in replies {
+        assert_eq!(reply, Err(StoreError::Timeout(timeout)));
+    }
+    let waited = silent.elapsed();
+    assert!(
+        waited >= timeout && waited < Duration::from_secs(1),
+        "{waited:?}"
+    );
+    server.abort();
+}
+
+/// A worker whose event loop was busy past a call's time (here, spinning for 300 ms right
+/// after the call was written) finds Redis' answer waiting: the call did not time out.
+#[test]
+fn an_answer_waiting_when_a_busy_event_loop_comes_back_is_not_a_timeout() {
+    let server = RedisServer::start();
+    let runtime = common::event_loop();
+    let pipe = Pipe::new(Settings {
+        timeout: Duration::from_millis(50),
+        ..settings(server.port)
+    });
+    runtime.block_on(async {
+        assert_eq!(ping(&pipe, soon()).await, status("PONG"), "connected");
+        let mut call = Box::pin(call(&pipe, soon(), &[b"ECHO", b"late"]));
+        assert!(futures_util::poll!(call.as_mut()).is_pending());
+        // The driver writes the command, then the loop is busy.
+        tokio::task::yield_now().await;
+        let busy = std::time::Instant::now();
+        while busy.elapsed() < Duration::from_millis(300) {
+            std::hint::spin_loop();
+        }
+        // Back on the event loop: the driver's timer has fired and the answer is readable.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(call.await, Ok(bulk("late")));
+    });
+}
+
+/// `ASKING` goes right before the call that follows an `ASK` redirection, and its own reply
+/// (here an error: this Redis is no cluster node) is nobody's: each call gets its own.
+#[tokio::test]
+async fn a_call_after_asking_gets_its_own_reply() {
+    let server = RedisServer::start();
+    let pipe = Pipe::new(settings(server.port));
+    let echo = |text: &'static [u8]| {
+        move |out: &mut Vec<u8>| {
+            Command::new(out, 2).arg(b"ECHO").arg(text);
+        }
+    };
+    let (before, asked, after) = tokio::join!(
+        pipe.call(soon(), echo(b"before")),
+        pipe.call_with(soon(), true, echo(b"asked")),
+        pipe.call(soon(), echo(b"after")),
+    );
+    assert_eq!(
+        (before, asked, after),
+        (Ok(bulk("before")), Ok(bulk("asked")), Ok(bulk("after")))
+    );
+    assert_eq!(server.calls("asking"), 1);
+}
+
+/// A cluster's connections do not merge script calls (their keys may be in other slots):
+/// made together, each is an EVALSHA of its own.
+#[tokio::test]
+async fn without_merging_each_script_call_is_its_own_evalsha() {
+    let server = RedisServer::start();
+    let pipe = Pipe::new(Settings {
+        merge: false,
+        ..settings(server.port)
+    });
+    let load = |out: &mut Vec<u8>| {
+        Command::new(out, 3)
+            .arg(b"SCRIPT")
+            .arg(b"LOAD")
+            .arg(ratelimit_proxy::store::script::SCRIPT.as_bytes());
+    };
+    let Ok(Reply::Bulk(sha)) = pipe.call(soon(), load).await else {
+        panic!("the script was not loaded");
+    };
+    let sha = String::from_utf8(sha.to_vec()).unwrap();
+    let limits = ["limit"];
+    let call = |identity| {
+        let requests = [window(identity)];
+        let (pipe, sha) = (&pipe, &sha);
+        async move {
+            let call = ScriptCall {
+                sha,
+                key_prefix: "p:",
+                requests: &requests,
+                limits: &limits,
+                now: None,
+            };
+            pipe.call_script(soon(), &call).await
+        }
+    };
+    let (first, second, third) = tokio::join!(call(1), call(1), call(2));
+    assert_eq!(
+        (remaining(&first), remaining(&second), remaining(&third)),
+        (9.0, 8.0, 9.0)
+    );
+    assert_eq!(server.calls("evalsha"), 3);
 }

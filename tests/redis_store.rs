@@ -498,6 +498,7 @@ fn store_config(server: &RedisServer, key_prefix: &str) -> RedisConfig {
         cluster: false,
         urls: vec![server.url()],
         timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(5),
         key_prefix: key_prefix.to_string(),
         ca_file: None,
     }
@@ -583,4 +584,47 @@ async fn three_calls(store: &RedisStore) -> Vec<String> {
         errors.extend(outcome.error.map(|error| error.to_string()));
     }
     errors
+}
+
+/// A request may go away at any await point of its store call. Whichever poll the breaker's
+/// probe is dropped after (Redis stopped, so it is still waiting), the next call may probe:
+/// once Redis answers again, the first call is decided by Redis, not refused by a breaker
+/// waiting for a probe that will never report.
+#[test]
+fn a_probe_dropped_after_any_poll_leaves_the_breaker_to_the_next_call() {
+    let server = RedisServer::start();
+    let runtime = common::event_loop();
+    let store = RedisStore::new(
+        RedisConfig {
+            timeout: Duration::from_millis(200),
+            ..store_config(&server, "dropped:")
+        },
+        1,
+    );
+    let request = [one_window(1, Algorithm::Gcra, 1000, 60)];
+    let check = || store.check_all(&request, &["limit"], None);
+    runtime.block_on(async {
+        assert!(check().await.error.is_none());
+        server.stop();
+        // Timeouts spanning more than 100 ms open the breaker.
+        for _ in 0..3 {
+            let waves = futures_util::future::join_all((0..2).map(|_| check())).await;
+            assert!(waves.iter().all(|outcome| outcome.error.is_some()));
+        }
+        assert!(store.breakers()[0].1, "open");
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        for polls in 1..=4 {
+            let mut probe = Box::pin(check());
+            for _ in 0..polls {
+                let polled = futures_util::poll!(probe.as_mut());
+                assert!(polled.is_pending(), "still waiting after {polls} polls");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            drop(probe);
+        }
+        server.resume();
+        let outcome = check().await;
+        assert!(outcome.error.is_none(), "{:?}", outcome.error);
+        assert!(!store.breakers()[0].1, "closed");
+    });
 }

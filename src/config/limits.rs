@@ -16,6 +16,12 @@ use crate::limit::{Algorithm, Rate};
 use crate::store::redis::{EXACT_LIMIT, describe_url_error};
 use crate::store::script::MAX_WINDOWS;
 
+/// `[store] timeout`: how long Redis may keep a call waiting once it could have started on it.
+const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// `[store] connect_timeout`: opening a connection, and a cluster's first read of its slots.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+const LONGEST_STORE_TIMEOUT: Duration = Duration::from_secs(60);
+
 pub(super) fn store(
     raw: Option<&RawStore>,
     base_dir: &Path,
@@ -51,7 +57,11 @@ pub(super) fn store(
             (1024, 1_000_000_000),
             4_000_000,
         ) as usize,
-        on_error: on_error.unwrap_or(OnError::Allow),
+        // Each instance enforcing the limit alone (divided by `fallback_instances`, 1 unless
+        // set) never refuses a client below its limit, and bounds what an outage lets
+        // through, which `allow` does not.
+        on_error: on_error.unwrap_or(OnError::Local),
+        ready_requires_redis: raw.ready_requires_redis.unwrap_or(false),
         fallback_instances: problems.number(
             "store.fallback_instances".into(),
             raw.fallback_instances,
@@ -69,6 +79,8 @@ fn refuse_redis_keys(raw: &RawStore, problems: &mut Problems) {
         ("url", raw.url.is_some()),
         ("urls", raw.urls.is_some()),
         ("timeout", raw.timeout.is_some()),
+        ("connect_timeout", raw.connect_timeout.is_some()),
+        ("ready_requires_redis", raw.ready_requires_redis.is_some()),
         ("key_prefix", raw.key_prefix.is_some()),
         ("fallback_instances", raw.fallback_instances.is_some()),
         ("ca_file", raw.ca_file.is_some()),
@@ -122,8 +134,23 @@ fn redis_config(
     let timeout = problems.duration(
         "store.timeout".into(),
         raw.timeout.as_deref(),
-        Duration::from_millis(20),
+        DEFAULT_TIMEOUT,
     );
+    let connect_timeout = problems.duration(
+        "store.connect_timeout".into(),
+        raw.connect_timeout.as_deref(),
+        DEFAULT_CONNECT_TIMEOUT,
+    );
+    for (key, value) in [("timeout", timeout), ("connect_timeout", connect_timeout)] {
+        if value > LONGEST_STORE_TIMEOUT {
+            problems.push(
+                format!("store.{key}"),
+                format!(
+                    "expected at most \"1m\" (requests wait this long for Redis), got {value:?}"
+                ),
+            );
+        }
+    }
     let key_prefix = raw.key_prefix.clone().unwrap_or_else(|| "rl:".to_string());
     if key_prefix.contains(['{', '}']) {
         problems.push(
@@ -159,6 +186,7 @@ fn redis_config(
         cluster,
         urls,
         timeout,
+        connect_timeout,
         key_prefix,
         ca_file,
     })

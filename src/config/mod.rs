@@ -159,6 +159,8 @@ pub struct StoreConfig {
     pub redis: Option<RedisConfig>,
     /// `on_error = "local"` enforces each limit divided by this.
     pub fallback_instances: u64,
+    /// `/readyz` answers 503 until every worker has reached Redis (connected, script loaded).
+    pub ready_requires_redis: bool,
 }
 
 impl Default for StoreConfig {
@@ -166,9 +168,10 @@ impl Default for StoreConfig {
         StoreConfig {
             hash_secret: None,
             max_entries: 4_000_000,
-            on_error: OnError::Allow,
+            on_error: OnError::Local,
             redis: None,
             fallback_instances: 1,
+            ready_requires_redis: false,
         }
     }
 }

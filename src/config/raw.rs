@@ -152,9 +152,11 @@ pub struct RawStore {
     pub url: Option<String>,
     pub urls: Option<Vec<String>>,
     pub timeout: Option<String>,
+    pub connect_timeout: Option<String>,
     pub key_prefix: Option<String>,
     pub fallback_instances: Option<i64>,
     pub ca_file: Option<String>,
+    pub ready_requires_redis: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -167,16 +167,14 @@ pub async fn admit(
     }
 }
 
-/// `rlp_store_duration_seconds`, `rlp_store_errors_total` and `rlp_store_breaker_open`.
+/// `rlp_store_duration_seconds` and `rlp_store_errors_total` (`rlp_store_breaker_open` is
+/// read when scraped).
 fn record_store_call(runtime: &Runtime, evaluated: &Evaluated, took: Duration) {
     runtime.store_latency.observe(took.as_secs_f64());
     let Some(redis) = &runtime.limiter.stores().redis else {
         return;
     };
     let (metrics, backend) = (&runtime.metrics, redis.backend());
-    metrics
-        .store_breaker_open
-        .set(i64::from(redis.breaker_open()));
     if let Some(error) = &evaluated.store_error {
         let kind = error.kind();
         metrics

@@ -1,9 +1,10 @@
 //! The admin listener (loopback by default, never the proxy listeners): `/healthz` (process
-//! alive), `/readyz` (serving; the memory store cannot be unreachable), `/metrics` (Prometheus
-//! text) and `/config` (the effective config as JSON, secrets redacted, with its version and
-//! load time).
+//! alive), `/readyz` (serving; with `[store] ready_requires_redis`, once every worker has
+//! reached Redis), `/metrics` (Prometheus text) and `/config` (the effective config as JSON,
+//! secrets redacted, with its version and load time).
 
 use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -17,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::reload::Generation;
-use crate::metrics::{LabelText, Metrics, UpstreamServerLabels};
+use crate::metrics::{LabelText, Metrics, NodeLabel, UpstreamServerLabels};
 use crate::proxy::Runtime;
 
 #[derive(Clone)]
@@ -25,6 +26,8 @@ pub(super) struct AdminState {
     pub runtime: Arc<ArcSwap<Runtime>>,
     pub generation: Arc<Mutex<Generation>>,
     pub metrics: Arc<Metrics>,
+    /// `/readyz` has answered 200: it does from then on (see `readiness`).
+    pub ready: Arc<AtomicBool>,
 }
 
 pub(super) async fn serve(listener: TcpListener, state: AdminState, stop: CancellationToken) {
@@ -54,7 +57,8 @@ pub(super) async fn serve(listener: TcpListener, state: AdminState, stop: Cancel
 
 fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Bytes>> {
     match request.uri().path() {
-        "/healthz" | "/readyz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/readyz" => readiness(state),
         "/metrics" => {
             refresh_gauges(state);
             text(
@@ -92,9 +96,42 @@ fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Byte
     }
 }
 
+/// 200 once serving; with `[store] ready_requires_redis`, only once the store has been
+/// reached. Ready once, ready for good: while Redis is away later, or a reload points at
+/// another, the limits follow their `on_error` and the gateway can serve (a fleet taken out
+/// of its load balancer by one bad reload would be an outage).
+fn readiness(state: &AdminState) -> Response<Full<Bytes>> {
+    if state.ready.load(Ordering::Acquire) {
+        return text(StatusCode::OK, "text/plain", "ok\n".into());
+    }
+    let requires_redis = match state.generation.lock() {
+        Ok(generation) => generation.config.store.ready_requires_redis,
+        Err(_) => false,
+    };
+    let runtime = state.runtime.load();
+    let store = runtime.limiter.stores().redis.as_ref();
+    if requires_redis && store.is_some_and(|redis| !redis.reachable()) {
+        let why = "waiting for redis: not every worker has connected and loaded the script\n";
+        return text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why.into());
+    }
+    state.ready.store(true, Ordering::Release);
+    text(StatusCode::OK, "text/plain", "ok\n".into())
+}
+
 /// Gauges that describe the runtime in force are read when scraped.
 fn refresh_gauges(state: &AdminState) {
     let runtime = state.runtime.load();
+    // Only the nodes of the store in force (a cluster's masters change with failovers).
+    let breakers = &state.metrics.store_breaker_open;
+    breakers.clear();
+    if let Some(redis) = &runtime.limiter.stores().redis {
+        for (node, open) in redis.breakers() {
+            let label = NodeLabel {
+                node: LabelText::from(&*node),
+            };
+            breakers.get_or_create(&label).set(i64::from(open));
+        }
+    }
     let tracked = runtime.edge.as_ref().map_or(0, |edge| edge.tracked());
     state.metrics.edge_tracked_ips.set(tracked as i64);
     for pool in &runtime.upstreams {

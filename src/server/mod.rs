@@ -183,6 +183,7 @@ impl Gateway {
                 runtime: self.runtime.clone(),
                 generation: self.generation.clone(),
                 metrics: self.runtime.load().metrics.clone(),
+                ready: Arc::default(),
             };
             tokio::spawn(admin::serve(listener, state, stop.clone()));
         }
@@ -264,7 +265,8 @@ struct Serving {
 }
 
 impl Serving {
-    /// Starts an accept loop per listener on the calling thread's runtime.
+    /// Starts an accept loop per listener on the calling thread's runtime, and the task that
+    /// keeps this worker's connections to the limit store open (`store::warm`).
     fn accept_on_this_thread(
         &self,
         listeners: Vec<Listener>,
@@ -284,6 +286,10 @@ impl Serving {
             };
             accepting.push(tokio::spawn(accept.run()));
         }
+        let runtime = self.runtime.clone();
+        let current_store = move || runtime.load().limiter.stores().redis.clone();
+        let warm = crate::store::warm::keep_warm(current_store, self.stop.clone());
+        accepting.push(tokio::spawn(warm));
         Ok(accepting)
     }
 }

@@ -3,12 +3,17 @@
 //! is checked at once, and a denied request consumes nothing anywhere.
 
 pub mod breaker;
+pub mod cluster;
+mod connect;
 pub mod denied;
 pub mod memory;
+pub mod node;
 pub mod pipe;
 pub mod redis;
 mod resp;
 pub mod script;
+mod tiers;
+pub mod warm;
 
 use std::time::Duration;
 

@@ -10,22 +10,21 @@
 //! `:{window}` added. Every write sets each window's expiry at the time it is whole again and
 //! the key's at the latest of them, so idle keys vanish.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::join_all;
-use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
-use redis::{ConnectionAddr, IntoConnectionInfo, Script};
-use rustls::pki_types::ServerName;
-use tokio::sync::OnceCell;
+use redis::Script;
 
-use super::breaker::Breaker;
+use super::cluster::{self, Cluster};
+use super::connect;
 use super::denied::DeniedCache;
+use super::node::{BREAKER_OPEN_FOR, Node};
 use super::pipe::{self, Pipe, Reply};
 use super::script::{self, SCRIPT};
+use super::tiers::TierCache;
 use super::{Small, WindowRequest};
 use crate::clock::Nanos;
 use crate::limit::WindowCheck;
@@ -33,10 +32,11 @@ use crate::limit::WindowCheck;
 /// Lua numbers are doubles: integers are exact below 2^53.
 pub const EXACT_LIMIT: u64 = 1 << 53;
 
-const BREAKER_FAILURES: u32 = 5;
-const BREAKER_OPEN_FOR: Duration = Duration::from_secs(1);
 const DENIED_CAPACITY: usize = 100_000;
-const TIER_CACHE_CAPACITY: usize = 100_000;
+/// However Redis answers the calls before it, a call gives up after this many times the
+/// store's timeout (and not before a second): the gateway has fallen this far behind.
+const LONGEST_WAIT_TIMEOUTS: u32 = 20;
+const LONGEST_WAIT_AT_LEAST: Duration = Duration::from_secs(1);
 
 /// `[store]` for the Redis backends.
 #[derive(Clone, PartialEq, Eq)]
@@ -44,7 +44,11 @@ pub struct RedisConfig {
     pub cluster: bool,
     /// One URL, or the seed nodes of a cluster. May carry a password: never log them.
     pub urls: Vec<String>,
+    /// How long Redis may keep a call waiting once it could have started on it (see
+    /// `pipe::Settings::timeout`).
     pub timeout: Duration,
+    /// Opening a connection (TCP, TLS, AUTH) and, on a cluster, reading its slots.
+    pub connect_timeout: Duration,
     pub key_prefix: String,
     /// PEM roots to verify `rediss://` servers with, instead of the system's.
     pub ca_file: Option<std::path::PathBuf>,
@@ -56,8 +60,16 @@ impl std::fmt::Debug for RedisConfig {
             .field("cluster", &self.cluster)
             .field("nodes", &self.urls.len())
             .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .field("key_prefix", &self.key_prefix)
             .finish()
+    }
+}
+
+impl RedisConfig {
+    /// The longest a call may wait in all (see `LONGEST_WAIT_TIMEOUTS`).
+    pub fn longest_wait(&self) -> Duration {
+        (self.timeout.saturating_mul(LONGEST_WAIT_TIMEOUTS)).max(LONGEST_WAIT_AT_LEAST)
     }
 }
 
@@ -96,21 +108,6 @@ impl StoreError {
     }
 }
 
-impl From<redis::RedisError> for StoreError {
-    fn from(error: redis::RedisError) -> Self {
-        if error.is_timeout() {
-            StoreError::Timeout(Duration::ZERO)
-        } else if error.is_io_error()
-            || error.is_connection_dropped()
-            || error.is_connection_refusal()
-        {
-            StoreError::Connection(error.to_string())
-        } else {
-            StoreError::Server(error.to_string())
-        }
-    }
-}
-
 /// What the store said about each window of a request: `None` for windows whose call failed
 /// (all of them on a single node; the identities of failed calls on a cluster).
 pub struct Outcome {
@@ -118,37 +115,43 @@ pub struct Outcome {
     pub error: Option<StoreError>,
 }
 
-enum Connection {
-    /// One node over TCP, plain or TLS: the worker's own pipelined connection.
-    Pipe(Pipe),
-    /// A cluster: the redis crate's, which follows slots and redirections.
-    Cluster(ClusterConnection),
+enum Backend {
+    /// One node over TCP, plain or TLS: each worker's calls pipelined and merged.
+    Node(Arc<Node>),
+    /// A cluster: a node per master, calls routed by slot.
+    Cluster(Arc<Cluster>),
+    /// The URL or TLS settings could not be used (say, `ca_file` gone since it was checked):
+    /// every call fails with why, and the limits follow their `on_error`.
+    Unusable(StoreError),
 }
 
 pub struct RedisStore {
     config: RedisConfig,
-    /// One per serving worker (see `crate::worker`): each worker's calls go out on its own
-    /// connection, whose driver task runs on that worker's event loop. Shared, every worker
-    /// but the first to connect would hop threads twice per call.
-    connections: Box<[OnceCell<Connection>]>,
+    backend: Backend,
     script: Script,
-    breaker: Breaker,
     pub denied: DeniedCache,
     tiers: TierCache,
+    /// Per serving worker: its connections are open and the script loaded (`warm_up`).
+    warm: Box<[AtomicBool]>,
 }
 
 impl RedisStore {
-    /// Connects lazily, on a worker's first call, so a gateway starts (and falls back per
-    /// `on_error`) while Redis is away. The URLs were checked with the config. `workers`:
-    /// how many serving workers call it (`[server] workers`).
+    /// Connects lazily, on a worker's first call or its warm-up, so a gateway starts (and
+    /// falls back per `on_error`) while Redis is away. The URLs were checked with the config.
+    /// `workers`: how many serving workers call it (`[server] workers`).
     pub fn new(config: RedisConfig, workers: usize) -> RedisStore {
+        let workers = workers.max(1);
+        let backend = backend(&config, workers).unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot set up the limit store; limits follow their on_error");
+            Backend::Unusable(error)
+        });
         RedisStore {
             config,
-            connections: (0..workers.max(1)).map(|_| OnceCell::new()).collect(),
+            backend,
             script: Script::new(SCRIPT),
-            breaker: Breaker::new(BREAKER_FAILURES, BREAKER_OPEN_FOR),
             denied: DeniedCache::new(DENIED_CAPACITY),
             tiers: TierCache::default(),
+            warm: (0..workers).map(|_| AtomicBool::new(false)).collect(),
         }
     }
 
@@ -165,8 +168,43 @@ impl RedisStore {
         }
     }
 
-    pub fn breaker_open(&self) -> bool {
-        self.breaker.is_open()
+    /// Each node's address and whether its breaker is open (a cluster's masters).
+    pub fn breakers(&self) -> Vec<(Arc<str>, bool)> {
+        let nodes = match &self.backend {
+            Backend::Node(node) => vec![node.clone()],
+            Backend::Cluster(cluster) => cluster.masters(),
+            Backend::Unusable(_) => Vec::new(),
+        };
+        (nodes.iter())
+            .map(|node| (node.address().clone(), node.breaker_open()))
+            .collect()
+    }
+
+    /// Whether every worker has opened its connections and loaded the script (`warm_up`).
+    pub fn reachable(&self) -> bool {
+        self.warm.iter().all(|warm| warm.load(Ordering::Acquire))
+    }
+
+    /// Opens the calling worker's connections (to every master of a cluster, whose slots it
+    /// reads first) and loads the script on them, so the first requests neither connect nor
+    /// meet `NOSCRIPT`. Each node's breaker sees the outcome.
+    pub async fn warm_up(&self) -> Result<(), StoreError> {
+        let wait = self.config.connect_timeout + self.config.timeout;
+        let nodes = match &self.backend {
+            Backend::Node(node) => vec![node.clone()],
+            Backend::Cluster(cluster) => cluster.first_view().await?.masters.clone(),
+            Backend::Unusable(error) => return Err(error.clone()),
+        };
+        let sha = self.script.get_hash();
+        let loads = nodes
+            .iter()
+            .map(|node| node.guarded(load_script(node.pipe(), wait, sha)));
+        for loaded in join_all(loads).await {
+            loaded?;
+        }
+        let worker = crate::worker::current() % self.warm.len();
+        self.warm[worker].store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Checks every window (`limits[i]` is the name of the limit of `requests[i]`). `now` is
@@ -178,31 +216,36 @@ impl RedisStore {
         limits: &[&str],
         now: Option<Nanos>,
     ) -> Outcome {
-        if let Err(retry_in) = self.breaker.permit(Instant::now()) {
-            return failed_outcome(requests.len(), StoreError::BreakerOpen { retry_in });
-        }
-        if !self.config.cluster {
-            let result = self.call(requests, limits, now).await;
-            self.record(&result);
-            return match result {
-                Ok(checks) => Outcome {
-                    checks: checks.into_iter().map(Some).collect(),
-                    error: None,
-                },
-                Err(error) => failed_outcome(requests.len(), error),
-            };
-        }
+        let wait = self.config.longest_wait();
+        let cluster = match &self.backend {
+            Backend::Node(node) => {
+                return match self.call_node(node, wait, requests, limits, now).await {
+                    Ok(checks) => Outcome {
+                        checks: checks.into_iter().map(Some).collect(),
+                        error: None,
+                    },
+                    Err(error) => failed_outcome(requests.len(), error),
+                };
+            }
+            Backend::Cluster(cluster) => cluster,
+            Backend::Unusable(error) => return failed_outcome(requests.len(), error.clone()),
+        };
         let spans = identity_spans(requests);
-        let calls = spans
-            .iter()
-            .map(|&(start, end)| self.call(&requests[start..end], &limits[start..end], now));
+        let calls = spans.iter().map(|&(start, end)| {
+            self.call_cluster(
+                cluster,
+                wait,
+                &requests[start..end],
+                &limits[start..end],
+                now,
+            )
+        });
         let results = join_all(calls).await;
         let mut outcome = Outcome {
             checks: Small::new(),
             error: None,
         };
         for (result, &(start, end)) in results.into_iter().zip(&spans) {
-            self.record(&result);
             match result {
                 Ok(checks) => outcome.checks.extend(checks.into_iter().map(Some)),
                 Err(error) => {
@@ -221,55 +264,34 @@ impl RedisStore {
         if let Some(tier) = self.tiers.get(hash, field, now, ttl) {
             return Some(tier);
         }
-        self.breaker.permit(now).ok()?;
-        let deadline = tokio::time::Instant::now() + self.config.timeout;
-        let read = async {
-            let tier: Option<String> = match self.connection().await? {
-                Connection::Pipe(pipe) => hget_on_pipe(pipe, deadline, hash, field).await?,
-                Connection::Cluster(connection) => {
-                    let mut command = redis::cmd("HGET");
-                    command.arg(hash).arg(field);
-                    query(connection, &command).await?
-                }
-            };
-            Ok::<_, StoreError>(tier.map(Arc::from))
+        let wait = self.config.longest_wait();
+        let reply = match &self.backend {
+            Backend::Node(node) => {
+                let hget = hget_on_pipe(node.pipe(), wait, hash, field);
+                Box::pin(node.guarded(hget)).await
+            }
+            Backend::Cluster(cluster) => {
+                let request = cluster::Request::Hget { hash, field };
+                Box::pin(cluster.call(hash.as_bytes(), wait, &request)).await
+            }
+            Backend::Unusable(_) => return None,
         };
-        let result = match tokio::time::timeout(self.config.timeout, read).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Timeout(self.config.timeout)),
+        let tier = match reply.and_then(tier_of) {
+            Ok(tier) => tier.map(Arc::from),
+            Err(error) => {
+                tracing::debug!(%error, "cannot read a tier from redis");
+                return None;
+            }
         };
-        self.record(&result);
-        let tier = result.ok()?;
         self.tiers.put(hash, field, tier.clone(), now);
         Some(tier)
     }
 
-    /// Feeds the breaker; its transitions are logged (each failure only at debug: an outage
-    /// would otherwise log once per request).
-    fn record<T>(&self, result: &Result<T, StoreError>) {
-        let backend = self.backend();
-        match result {
-            Ok(_) => {
-                if self.breaker.succeeded() {
-                    tracing::info!(
-                        backend,
-                        "limit store reachable again; limits are exact again"
-                    );
-                }
-            }
-            Err(error) => {
-                tracing::debug!(backend, %error, "limit store call failed");
-                if self.breaker.failed(Instant::now()) {
-                    tracing::warn!(backend, %error, "limit store failing; circuit breaker open, limits follow their on_error until a probe succeeds");
-                }
-            }
-        }
-    }
-
-    /// One script call under the timeout: the pipe's driver keeps it, a cluster call is
-    /// given a timer.
-    async fn call(
+    /// One script call on the single node, merged with the worker's other calls.
+    async fn call_node(
         &self,
+        node: &Node,
+        wait: Duration,
         requests: &[WindowRequest],
         limits: &[&str],
         now: Option<Nanos>,
@@ -278,69 +300,29 @@ impl RedisStore {
             // Nothing to check; merged with other calls it would fail them all.
             return Ok(Small::new());
         }
-        let timeout = self.config.timeout;
-        let deadline = tokio::time::Instant::now() + timeout;
-        let reply = match self.connection().await? {
-            Connection::Pipe(pipe) => {
-                self.invoke_on_pipe(pipe, deadline, requests, limits, now)
-                    .await
-            }
-            Connection::Cluster(connection) => {
-                // Boxed, timer and all: the crate's futures would make every single-node
-                // call as large.
-                let invoke = self.invoke_on_cluster(connection, requests, limits, now);
-                Box::pin(async {
-                    match tokio::time::timeout_at(deadline, invoke).await {
-                        Ok(result) => result,
-                        Err(_) => Err(StoreError::Timeout(timeout)),
-                    }
-                })
-                .await
-            }
-        }?;
-        script::parse_reply(&reply, requests.len())
-    }
-
-    async fn invoke_on_pipe(
-        &self,
-        pipe: &Pipe,
-        deadline: tokio::time::Instant,
-        requests: &[WindowRequest],
-        limits: &[&str],
-        now: Option<Nanos>,
-    ) -> Result<Bytes, StoreError> {
         let call = self.script_call(requests, limits, now);
-        let reply = pipe.call_script(deadline, &call).await?;
-        match reply {
-            Reply::Bulk(numbers) => Ok(numbers),
-            other => Err(unexpected(&other)),
-        }
+        let reply = node.guarded(node.pipe().call_script(wait, &call)).await?;
+        script::parse_reply(&bulk(reply)?, requests.len())
     }
 
-    async fn invoke_on_cluster(
+    /// One identity's script call on the master of its slot.
+    async fn call_cluster(
         &self,
-        connection: &ClusterConnection,
+        cluster: &Arc<Cluster>,
+        wait: Duration,
         requests: &[WindowRequest],
         limits: &[&str],
         now: Option<Nanos>,
-    ) -> Result<Bytes, StoreError> {
-        // A batch of this one request: a cluster's keys of different requests may live on
-        // different nodes.
-        let mut batch = script::Batch::default();
-        batch.add(&self.script_call(requests, limits, now));
-        let mut command = redis::Cmd::with_capacity(batch.arguments(), batch.bytes());
-        batch.write(&mut command);
-        let reply: Vec<u8> = match query(connection, &command).await {
-            Err(error)
-                if error.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                // A restarted or flushed master: load the script (on every master), retry once.
-                self.script.load_async(&mut connection.clone()).await?;
-                query(connection, &command).await?
-            }
-            reply => reply?,
-        };
-        Ok(Bytes::from(reply))
+    ) -> Result<Small<WindowCheck>, StoreError> {
+        if requests.is_empty() {
+            return Ok(Small::new());
+        }
+        let call = self.script_call(requests, limits, now);
+        let key = script::first_key(&call);
+        // Boxed: routing and redirections would make every single-node call's future as large.
+        let request = cluster::Request::Script(&call);
+        let reply = Box::pin(cluster.call(&key, wait, &request)).await?;
+        script::parse_reply(&bulk(reply)?, requests.len())
     }
 
     /// The script call of `requests` (see `script::ScriptCall`).
@@ -358,43 +340,59 @@ impl RedisStore {
             now,
         }
     }
+}
 
-    /// The calling worker's connection; a first connection (a cluster's takes a while)
-    /// within the store's timeout.
-    async fn connection(&self) -> Result<&Connection, StoreError> {
-        let cell = &self.connections[crate::worker::current() % self.connections.len()];
-        match cell.get() {
-            Some(connection) => Ok(connection),
-            // Boxed: connecting (a cluster's, TLS) would make every call's future as large.
-            None => Box::pin(self.first_connection(cell)).await,
-        }
+/// The single node or the cluster of `config`.
+fn backend(config: &RedisConfig, workers: usize) -> Result<Backend, StoreError> {
+    let longest_call = config.longest_wait();
+    if !config.cluster {
+        let url = config.urls.first().map_or("", String::as_str);
+        let (session, (host, port)) = connect::session(config, url, false)?;
+        let node = Node::new(session.node(&host, port)?, workers, longest_call);
+        return Ok(Backend::Node(Arc::new(node)));
     }
+    let mut seeds = Vec::new();
+    let mut first_session = None;
+    for url in &config.urls {
+        let (session, address) = connect::session(config, url, true)?;
+        first_session.get_or_insert(session);
+        seeds.push(address);
+    }
+    let session = first_session
+        .ok_or_else(|| StoreError::Connection("a cluster needs at least one seed URL".into()))?;
+    let cluster = Cluster::new(
+        seeds,
+        session,
+        workers,
+        longest_call,
+        config.connect_timeout + config.timeout,
+    );
+    Ok(Backend::Cluster(Arc::new(cluster)))
+}
 
-    async fn first_connection<'a>(
-        &self,
-        cell: &'a OnceCell<Connection>,
-    ) -> Result<&'a Connection, StoreError> {
-        let timeout = self.config.timeout;
-        match tokio::time::timeout(timeout, cell.get_or_try_init(|| connect(&self.config))).await {
-            Ok(connection) => connection,
-            Err(_) => Err(StoreError::Timeout(timeout)),
-        }
+/// `SCRIPT LOAD`: Redis answers with the script's SHA1, which must be ours.
+async fn load_script(pipe: &Pipe, wait: Duration, sha: &str) -> Result<(), StoreError> {
+    let load = |out: &mut Vec<u8>| {
+        pipe::Command::new(out, 3)
+            .arg(b"SCRIPT")
+            .arg(b"LOAD")
+            .arg(SCRIPT.as_bytes());
+    };
+    match pipe.call(wait, load).await? {
+        Reply::Bulk(loaded) if loaded.as_ref() == sha.as_bytes() => Ok(()),
+        other => Err(unexpected(&other)),
     }
 }
 
-async fn hget_on_pipe(
-    pipe: &Pipe,
-    deadline: tokio::time::Instant,
-    hash: &str,
-    field: &[u8],
-) -> Result<Option<String>, StoreError> {
-    let hget = |out: &mut Vec<u8>| {
-        pipe::Command::new(out, 3)
-            .arg(b"HGET")
-            .arg(hash.as_bytes())
-            .arg(field);
-    };
-    match pipe.call(deadline, hget).await? {
+fn bulk(reply: Reply) -> Result<Bytes, StoreError> {
+    match reply {
+        Reply::Bulk(numbers) => Ok(numbers),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn tier_of(reply: Reply) -> Result<Option<String>, StoreError> {
+    match reply {
         Reply::Nil => Ok(None),
         Reply::Bulk(value) => String::from_utf8(value.to_vec())
             .map(Some)
@@ -403,99 +401,23 @@ async fn hget_on_pipe(
     }
 }
 
+async fn hget_on_pipe(
+    pipe: &Pipe,
+    wait: Duration,
+    hash: &str,
+    field: &[u8],
+) -> Result<Reply, StoreError> {
+    let hget = |out: &mut Vec<u8>| {
+        pipe::Command::new(out, 3)
+            .arg(b"HGET")
+            .arg(hash.as_bytes())
+            .arg(field);
+    };
+    pipe.call(wait, hget).await
+}
+
 fn unexpected(reply: &Reply) -> StoreError {
     StoreError::Protocol(format!("unexpected reply {reply:?}"))
-}
-
-async fn connect(config: &RedisConfig) -> Result<Connection, StoreError> {
-    let connect_timeout = config.timeout.max(Duration::from_millis(250));
-    if config.cluster {
-        return Ok(Connection::Cluster(
-            connect_cluster(config, connect_timeout).await?,
-        ));
-    }
-    let url = config.urls[0].as_str().into_connection_info()?;
-    let (host, port, tls) = match url.addr() {
-        ConnectionAddr::Tcp(host, port) => (host, *port, None),
-        ConnectionAddr::TcpTls {
-            host,
-            port,
-            insecure,
-            ..
-        } => (host, *port, Some(pipe_tls(config, host, *insecure)?)),
-        // Unix sockets: the config takes only redis:// and rediss:// URLs.
-        _ => {
-            return Err(StoreError::Connection(
-                "only TCP addresses are supported".into(),
-            ));
-        }
-    };
-    let session = url.redis_settings();
-    Ok(Connection::Pipe(Pipe::new(pipe::Settings {
-        host: host.clone(),
-        port,
-        username: session.username().map(str::to_string),
-        password: session.password().map(str::to_string),
-        db: session.db(),
-        connect_timeout,
-        timeout: config.timeout,
-        tls,
-    })))
-}
-
-/// TLS for a `rediss://` node: verified against `ca_file` or the system roots, as the redis
-/// crate would; `#insecure` in the URL turns verification off, as it does there. The roots
-/// are read once per worker, at its first connection (a small local file, as the config
-/// loader reads it).
-fn pipe_tls(config: &RedisConfig, host: &str, insecure: bool) -> Result<pipe::Tls, StoreError> {
-    // `read_certs` refuses a file without certificates: empty would mean the system roots.
-    let ca_certs = match &config.ca_file {
-        Some(path) => crate::tls::read_certs(path).map_err(StoreError::Connection)?,
-        None => Vec::new(),
-    };
-    if insecure {
-        tracing::warn!("rediss:// with #insecure: the Redis server's certificate is not verified");
-    }
-    let settings = crate::tls::upstream::UpstreamTls {
-        ca_certs,
-        sni: None,
-        insecure_skip_verify: insecure,
-    };
-    let client = crate::tls::upstream::client_config(&settings)
-        .map_err(|e| StoreError::Connection(format!("TLS settings: {e}")))?;
-    let name = ServerName::try_from(host.to_string())
-        .map_err(|_| StoreError::Connection(format!("{host} cannot be a TLS server name")))?;
-    Ok(pipe::Tls {
-        config: Arc::new(client),
-        name,
-    })
-}
-
-async fn connect_cluster(
-    config: &RedisConfig,
-    connect_timeout: Duration,
-) -> Result<ClusterConnection, StoreError> {
-    let mut builder = ClusterClient::builder(config.urls.iter().map(String::as_str))
-        .connection_timeout(connect_timeout)
-        .response_timeout(config.timeout)
-        .retries(1);
-    if let Some(path) = &config.ca_file {
-        let roots = tokio::fs::read(path)
-            .await
-            .map_err(|e| StoreError::Connection(format!("cannot read {}: {e}", path.display())))?;
-        builder = builder.certs(redis::TlsCertificates {
-            client_tls: None,
-            root_cert: Some(roots),
-        });
-    }
-    Ok(builder.build()?.get_async_connection().await?)
-}
-
-async fn query<T: redis::FromRedisValue>(
-    connection: &ClusterConnection,
-    command: &redis::Cmd,
-) -> redis::RedisResult<T> {
-    command.query_async(&mut connection.clone()).await
 }
 
 /// The `[start, end)` index ranges of the windows of each identity (adjacent, as the limiter
@@ -533,37 +455,4 @@ pub fn describe_url_error(error: &redis::RedisError) -> String {
         if detail.is_empty() { "" } else { ": " },
         detail
     )
-}
-
-/// hash → field → (tier, when it was read). Nested so that a lookup borrows its keys.
-type TierEntries = HashMap<String, HashMap<Vec<u8>, (Option<Arc<str>>, Instant)>>;
-
-/// Tiers read from Redis, by hash and field, for a short while.
-#[derive(Default)]
-struct TierCache {
-    entries: Mutex<TierEntries>,
-}
-
-impl TierCache {
-    fn get(
-        &self,
-        hash: &str,
-        field: &[u8],
-        now: Instant,
-        ttl: Duration,
-    ) -> Option<Option<Arc<str>>> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let (tier, fetched) = entries.get(hash)?.get(field)?;
-        (now.saturating_duration_since(*fetched) < ttl).then(|| tier.clone())
-    }
-
-    fn put(&self, hash: &str, field: &[u8], tier: Option<Arc<str>>, now: Instant) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let fields = entries.entry(hash.to_string()).or_default();
-        if fields.len() >= TIER_CACHE_CAPACITY {
-            // Bounded: start over rather than grow; the next requests re-read their tiers.
-            fields.clear();
-        }
-        fields.insert(field.to_vec(), (tier, now));
-    }
 }

@@ -1,9 +1,10 @@
 //! RESP2 replies, read in place: where each reply starts and ends in the read buffer and
-//! what kind it is, without building values (see `pipe`).
+//! what kind it is, without building values (see `pipe`). The rare array replies a caller
+//! needs the contents of (`CLUSTER SLOTS`) are read into a `Value` tree by `tree`.
 
 use std::ops::Range;
 
-/// How deep arrays may nest in a reply (none of our commands answers with one).
+/// How deep arrays may nest in a reply (`CLUSTER SLOTS` nests three deep).
 const MOST_NESTING: usize = 8;
 /// Redis' own limit on a bulk string.
 const LONGEST_BULK: usize = 512 * 1024 * 1024;
@@ -79,6 +80,54 @@ fn parse_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Frame, usi
         other => return Err(format!("a reply of unknown type {:?}", other as char)),
     };
     Ok(Some(frame))
+}
+
+/// A reply read whole, for the replies whose contents are arrays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    Nil,
+    Status(Vec<u8>),
+    Error(Vec<u8>),
+    Integer(i64),
+    Bulk(Vec<u8>),
+    Array(Vec<Value>),
+}
+
+/// The one whole reply `frame` holds (as `parse` delimited it).
+pub fn tree(frame: &[u8]) -> Result<Value, String> {
+    match value_at(frame, 0, 0)? {
+        Some((value, end)) if end == frame.len() => Ok(value),
+        Some(_) => Err("bytes after the reply".into()),
+        None => Err("a reply cut short".into()),
+    }
+}
+
+fn value_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Value, usize)>, String> {
+    let Some((frame, end)) = parse_at(buffer, at, depth)? else {
+        return Ok(None);
+    };
+    let value = match frame {
+        Frame::Status(range) => Value::Status(buffer[range].to_vec()),
+        Frame::Error(range) => Value::Error(buffer[range].to_vec()),
+        Frame::Integer(n) => Value::Integer(n),
+        Frame::Bulk(range) => Value::Bulk(buffer[range].to_vec()),
+        Frame::Nil => Value::Nil,
+        Frame::Array => {
+            // Whole, as `parse_at` checked: the header line, then each item in turn.
+            let header_end = at + buffer[at..].iter().position(|&b| b == b'\n').unwrap_or(0);
+            let mut items = Vec::new();
+            let mut next = header_end + 1;
+            while next < end {
+                let Some((item, item_end)) = value_at(buffer, next, depth + 1)? else {
+                    return Ok(None);
+                };
+                items.push(item);
+                next = item_end;
+            }
+            Value::Array(items)
+        }
+    };
+    Ok(Some((value, end)))
 }
 
 fn integer(text: &[u8]) -> Result<i64, String> {
@@ -170,6 +219,30 @@ mod tests {
                 at += length;
             }
             prop_assert_eq!(at, stream.len());
+        }
+    }
+
+    fn as_value(sent: &Sent) -> Value {
+        match sent {
+            Sent::Status(text) => Value::Status(text.as_bytes().to_vec()),
+            Sent::Error(text) => Value::Error(text.as_bytes().to_vec()),
+            Sent::Integer(n) => Value::Integer(*n),
+            Sent::Bulk(bytes) => Value::Bulk(bytes.clone()),
+            Sent::Nil => Value::Nil,
+            Sent::Array(items) => Value::Array(items.iter().map(as_value).collect()),
+        }
+    }
+
+    proptest! {
+        /// A whole reply reads back as the tree it was written from.
+        #[test]
+        fn a_reply_reads_back_as_its_tree(reply in sent_strategy()) {
+            let mut frame = Vec::new();
+            encode(&reply, &mut frame);
+            prop_assert_eq!(tree(&frame), Ok(as_value(&reply)));
+            if !frame.is_empty() {
+                prop_assert!(tree(&frame[..frame.len() - 1]).is_err());
+            }
         }
     }
 

@@ -41,6 +41,16 @@ fn push_identity_key(key: &mut Vec<u8>, key_prefix: &str, limit: &str, limit_ide
     key.push(b'}');
 }
 
+/// The first key `call` names: a cluster routes the call by its slot (all of a call's keys
+/// share their identity's hash tag).
+pub(super) fn first_key(call: &ScriptCall) -> Vec<u8> {
+    let mut key = Vec::new();
+    if let (Some(request), Some(limit)) = (call.requests.first(), call.limits.first()) {
+        push_identity_key(&mut key, call.key_prefix, limit, request.limit_identity);
+    }
+    key
+}
+
 /// One request's script call: its windows (`limits` names each one's limit), the script
 /// `sha` and the keys' prefix; `now` for tests, None for Redis's clock.
 pub struct ScriptCall<'a> {
@@ -151,17 +161,6 @@ impl Batch {
         self.key_ends.len() + 6
     }
 
-    /// How many bytes the arguments `write` writes hold, `now` at its longest.
-    pub fn bytes(&self) -> usize {
-        "EVALSHA".len()
-            + self.sha.len()
-            + 20
-            + self.keys.len()
-            + 20
-            + self.parameters.len()
-            + self.window_counts.len()
-    }
-
     /// Writes the `EVALSHA` of everything added (`arguments` of them) and empties the batch.
     pub fn write(&mut self, command: &mut impl Arguments) {
         command.push(b"EVALSHA");
@@ -200,15 +199,9 @@ fn starts_key(requests: &[WindowRequest], limits: &[&str], i: usize) -> bool {
         || limits[i] != limits[i - 1]
 }
 
-/// Where a command's arguments go: the crate's command or the pipe's buffer.
+/// Where a command's arguments go: the pipe's buffer (or a test's list).
 pub(super) trait Arguments {
     fn push(&mut self, argument: &[u8]);
-}
-
-impl Arguments for redis::Cmd {
-    fn push(&mut self, argument: &[u8]) {
-        self.arg(argument);
-    }
 }
 
 impl Arguments for pipe::Command<'_> {

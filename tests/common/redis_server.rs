@@ -104,11 +104,32 @@ impl RedisServer {
             .expect("a connection to the test redis")
     }
 
+    /// SIGKILL: gone at once, nothing flushed, as a crashed host.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// SIGSTOP: the process stops answering; the kernel still accepts connections for it.
+    pub fn stop(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after `stop`.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("a running redis-server");
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill(1)");
+        assert!(status.success(), "kill {signal} failed");
     }
 
     /// Starts again on the same port, empty.
@@ -211,14 +232,23 @@ pub fn private_ca() -> rcgen::CertifiedIssuer<'static, rcgen::KeyPair> {
     rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap()
 }
 
-/// Three masters joined into a cluster with `redis-cli --cluster create`.
+/// Three masters joined into a cluster with `redis-cli --cluster create`, each with a replica
+/// when asked (`nodes[3..]`, paired by redis-cli: see `replica_of`).
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
     pub fn start() -> RedisCluster {
-        let nodes: Vec<RedisServer> = (0..3)
+        RedisCluster::start_with(0, 5000)
+    }
+
+    /// Three masters and `replicas` replicas of each; a node is failed over once the others
+    /// have not heard from it for `node_timeout_ms`. A master's failure does not stop the
+    /// others (`cluster-require-full-coverage no`, as README recommends).
+    pub fn start_with(replicas: usize, node_timeout_ms: u64) -> RedisCluster {
+        let node_timeout = node_timeout_ms.to_string();
+        let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))
             .map(|_| {
                 let bus = free_port().to_string();
                 RedisServer::start_with(&[
@@ -227,7 +257,9 @@ impl RedisCluster {
                     "--cluster-port",
                     &bus,
                     "--cluster-node-timeout",
-                    "5000",
+                    &node_timeout,
+                    "--cluster-require-full-coverage",
+                    "no",
                 ])
             })
             .collect();
@@ -238,7 +270,7 @@ impl RedisCluster {
         let output = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .unwrap_or_else(|e| {
                 panic!(
@@ -262,15 +294,32 @@ impl RedisCluster {
             .collect()
     }
 
+    /// Waits until every node says the cluster is ok and every replica is in sync with its
+    /// master and known as such to every node (a failover needs the masters' votes).
     fn wait_until_ok(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
+        let replicas = self.nodes.len() - 3;
         'waiting: while Instant::now() < deadline {
             for node in &self.nodes {
+                let mut connection = node.connection();
                 let info: String = redis::cmd("CLUSTER")
                     .arg("INFO")
-                    .query(&mut node.connection())
+                    .query(&mut connection)
                     .unwrap_or_default();
-                if !info.contains("cluster_state:ok") {
+                let nodes: String = redis::cmd("CLUSTER")
+                    .arg("NODES")
+                    .query(&mut connection)
+                    .unwrap_or_default();
+                let replication: String = redis::cmd("INFO")
+                    .arg("replication")
+                    .query(&mut connection)
+                    .unwrap_or_default();
+                let known_replicas = (nodes.lines())
+                    .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("slave")))
+                    .count();
+                let in_sync = !replication.contains("role:slave")
+                    || replication.contains("master_link_status:up");
+                if !info.contains("cluster_state:ok") || known_replicas != replicas || !in_sync {
                     std::thread::sleep(Duration::from_millis(100));
                     continue 'waiting;
                 }
@@ -278,5 +327,42 @@ impl RedisCluster {
             return;
         }
         panic!("the test cluster did not reach cluster_state:ok within 20 s");
+    }
+
+    /// The node `node` is a replica of, by index into `nodes`; None for a master.
+    pub fn replica_of(&self, node: usize) -> Option<usize> {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut self.nodes[node].connection())
+            .expect("CLUSTER NODES");
+        let myself = nodes.lines().find(|l| l.contains("myself"))?;
+        let master_id = myself.split(' ').nth(3).filter(|id| *id != "-")?;
+        let master = nodes.lines().find(|l| l.starts_with(master_id))?;
+        let port: u16 = master
+            .split(' ')
+            .nth(1)?
+            .split(['@', ':'])
+            .nth(1)?
+            .parse()
+            .ok()?;
+        self.nodes.iter().position(|n| n.port == port)
+    }
+
+    /// The indices of the nodes that serve slots now, by what `asked` says.
+    pub fn masters(&self, asked: usize) -> Vec<usize> {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query(&mut self.nodes[asked].connection())
+            .expect("CLUSTER NODES");
+        let serving = nodes.lines().filter(|l| {
+            let fields: Vec<&str> = l.split(' ').collect();
+            fields.len() > 8 && fields[2].contains("master") && !fields[2].contains("fail")
+        });
+        let ports: Vec<u16> = serving
+            .filter_map(|l| l.split(' ').nth(1)?.split(['@', ':']).nth(1)?.parse().ok())
+            .collect();
+        (0..self.nodes.len())
+            .filter(|&i| ports.contains(&self.nodes[i].port))
+            .collect()
     }
 }

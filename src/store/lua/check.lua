@@ -196,9 +196,8 @@ for r = 1, requests do
     end
     if group_allows[p[at + GROUP]] then
       if p[at + ALGORITHM] == SLIDING_LOG then
-        -- A log's key is its own window's; the next request reads the set itself.
-        commit_sliding_log(KEYS[key], now, p, at)
-        redis.call('PEXPIRE', KEYS[key], ttl_ms(start))
+        -- A log's key is its own window's; written with the call's other entries at the end.
+        commit_sliding_log(KEYS[key], p, at)
       else
         commit_key(key, start, stop)
       end
@@ -208,6 +207,7 @@ for r = 1, requests do
   first = last + 1
 end
 
+write_sliding_logs(now)
 for d = 1, #dirty do
   local key = dirty[d]
   local numbers = committed[key]

@@ -1,0 +1,121 @@
+//! From `[store]` URLs to the settings of each node's connections: where to connect, the
+//! session (ACL user, password, database) and TLS. The TLS roots are read once per store; a
+//! cluster's nodes, found by asking the cluster, share the session of its seed URLs.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{ConnectionAddr, IntoConnectionInfo};
+use rustls::pki_types::ServerName;
+
+use super::pipe;
+use super::redis::{RedisConfig, StoreError, describe_url_error};
+
+/// What every connection of a store shares.
+#[derive(Clone)]
+pub struct Session {
+    username: Option<String>,
+    /// Never logged or put in an error.
+    password: Option<String>,
+    db: i64,
+    connect_timeout: Duration,
+    timeout: Duration,
+    /// For `rediss://`: the client config, verified against `ca_file` or the system roots,
+    /// or not at all with `#insecure`.
+    tls: Option<Arc<rustls::ClientConfig>>,
+    merge: bool,
+}
+
+/// A host and port from a URL.
+pub type Address = (String, u16);
+
+/// The session of `url` and where it points. On one node script calls are merged; a
+/// cluster's are not (their keys may be in other slots) and it has only database 0.
+pub fn session(
+    config: &RedisConfig,
+    url: &str,
+    cluster: bool,
+) -> Result<(Session, Address), StoreError> {
+    let info = url
+        .into_connection_info()
+        .map_err(|e| StoreError::Connection(describe_url_error(&e)))?;
+    let (host, port, tls) = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => (host.clone(), *port, None),
+        ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure,
+            ..
+        } => (host.clone(), *port, Some(tls_client(config, *insecure)?)),
+        // Unix sockets: the config takes only redis:// and rediss:// URLs.
+        _ => {
+            return Err(StoreError::Connection(
+                "only TCP addresses are supported".into(),
+            ));
+        }
+    };
+    let settings = info.redis_settings();
+    let session = Session {
+        username: settings.username().map(str::to_string),
+        password: settings.password().map(str::to_string),
+        db: if cluster { 0 } else { settings.db() },
+        connect_timeout: config.connect_timeout,
+        timeout: config.timeout,
+        tls,
+        merge: !cluster,
+    };
+    Ok((session, (host, port)))
+}
+
+impl Session {
+    /// The settings of a connection to `host:port` in this session.
+    pub fn node(&self, host: &str, port: u16) -> Result<pipe::Settings, StoreError> {
+        let tls = match &self.tls {
+            None => None,
+            Some(config) => {
+                let name = ServerName::try_from(host.to_string()).map_err(|_| {
+                    StoreError::Connection(format!("{host} cannot be a TLS server name"))
+                })?;
+                Some(pipe::Tls {
+                    config: config.clone(),
+                    name,
+                })
+            }
+        };
+        Ok(pipe::Settings {
+            host: host.to_string(),
+            port,
+            username: self.username.clone(),
+            password: self.password.clone(),
+            db: self.db,
+            connect_timeout: self.connect_timeout,
+            timeout: self.timeout,
+            tls,
+            merge: self.merge,
+        })
+    }
+}
+
+/// TLS for `rediss://` nodes: verified against `ca_file` or the system roots, as the redis
+/// crate would; `#insecure` in the URL turns verification off, as it does there.
+fn tls_client(
+    config: &RedisConfig,
+    insecure: bool,
+) -> Result<Arc<rustls::ClientConfig>, StoreError> {
+    // `read_certs` refuses a file without certificates: empty would mean the system roots.
+    let ca_certs = match &config.ca_file {
+        Some(path) => crate::tls::read_certs(path).map_err(StoreError::Connection)?,
+        None => Vec::new(),
+    };
+    if insecure {
+        tracing::warn!("rediss:// with #insecure: the Redis server's certificate is not verified");
+    }
+    let settings = crate::tls::upstream::UpstreamTls {
+        ca_certs,
+        sni: None,
+        insecure_skip_verify: insecure,
+    };
+    let client = crate::tls::upstream::client_config(&settings)
+        .map_err(|e| StoreError::Connection(format!("TLS settings: {e}")))?;
+    Ok(Arc::new(client))
+}
