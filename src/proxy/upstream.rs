@@ -260,6 +260,7 @@ pub(crate) mod tests {
             balance,
             connect_timeout: Duration::from_secs(1),
             response_timeout: Duration::from_secs(1),
+            read_timeout: Duration::from_secs(1),
             ejection_time: Duration::from_secs(60),
             health_check: None,
             tls: Default::default(),
