@@ -3,8 +3,10 @@
 //!
 //! A request takes an idle connection that is still open (or makes one) and speaks HTTP/1.1 on
 //! it in its own task (`http1`); its response body hands the connection back once read to the
-//! end. A body dropped halfway, a failed exchange, a response the upstream ended by closing,
-//! or a 101 answer does not, and that connection closes. A bodiless idempotent request whose
+//! end, when the request was sent whole before the response began. A body dropped halfway, a
+//! failed exchange, an early answer (the upstream may take the rest of that request for the
+//! next one), a response the upstream ended by closing, or a 101 answer does not, and that
+//! connection closes. A bodiless idempotent request whose
 //! pooled connection turns out to have been closed by the upstream goes again on the next one.
 
 use std::collections::VecDeque;
@@ -25,7 +27,9 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::headers::SetFields;
-use super::http1::{Connection, ExchangeError, Framing, ResponseHead, Stream, Upgraded};
+use super::http1::{
+    Connection, ExchangeDeadlines, ExchangeError, Framing, ResponseHead, Stream, Upgraded,
+};
 use super::upstream::{UpstreamBody, UpstreamHead, UpstreamPool};
 use crate::upstream_fields::UpstreamFields;
 
@@ -62,6 +66,8 @@ pub struct Connections {
     connector: HttpsConnector<HttpConnector>,
     idle: Box<[Arc<IdleList>]>,
     workers: usize,
+    /// What every connection's exchanges keep.
+    deadlines: ExchangeDeadlines,
 }
 
 /// One server's idle connections, the most recently used last.
@@ -78,12 +84,14 @@ impl Connections {
         connector: HttpsConnector<HttpConnector>,
         servers: usize,
         workers: usize,
+        deadlines: ExchangeDeadlines,
     ) -> Connections {
         let workers = workers.max(1);
         Connections {
             connector,
             idle: (0..servers * workers).map(|_| Arc::default()).collect(),
             workers,
+            deadlines,
         }
     }
 
@@ -141,7 +149,7 @@ impl Connections {
             MaybeHttpsStream::Https(tls) => Stream::Tls(Box::new(tls.into_inner())),
         };
         // Boxed once for its life: requests and bodies then move a pointer, not the buffers.
-        Ok(Box::new(Connection::new(stream)))
+        Ok(Box::new(Connection::new(stream, self.deadlines.clone())))
     }
 
     /// Closes the connections idle for longer than `IDLE_TIMEOUT`.
@@ -282,26 +290,17 @@ impl PooledBody {
             .map(|connection| connection.into_upgraded())
     }
 
-    /// Pools the connection once the request body is sent too: at once, or from a small task
-    /// when the upstream answered before the whole body arrived, so no request waits on it.
+    /// Pools the connection after a clean exchange; closes it otherwise. A request still
+    /// being sent is not finished first: an upstream that answered before reading it may take
+    /// its rest for a request of its own, and the next client's request behind it would be
+    /// that request's body (and get its answer).
     fn finish(&mut self) {
-        let (Some(mut connection), Some(idle)) = (self.connection.take(), self.idle.take()) else {
+        let (Some(connection), Some(idle)) = (self.connection.take(), self.idle.take()) else {
             return;
         };
         if connection.is_idle() {
-            return idle.push(connection);
+            idle.push(connection);
         }
-        if !connection.is_uploading() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            if std::future::poll_fn(|cx| connection.poll_finish_upload(cx)).await {
-                idle.push(connection);
-            }
-        });
     }
 }
 
@@ -352,7 +351,7 @@ mod tests {
             .await
             .unwrap();
         let config = config(&[address.to_string()], Balance::RoundRobin);
-        UpstreamPool::new(&config, 2).unwrap()
+        UpstreamPool::new(&config, Default::default(), 2).unwrap()
     }
 
     async fn exchange(pool: &UpstreamPool) {

@@ -18,6 +18,7 @@ use super::headers::{self, Forwarded, SetFields};
 use super::http1::{ExchangeError, Upgraded};
 use super::upstream::{UpstreamBody, UpstreamHead, UpstreamPool};
 use crate::canonical::{Host, Request, Upgrade, allowed_upgrade};
+use crate::metrics::Deadline;
 use crate::respond::{GatewayError, ResponseBody};
 
 /// Forwards `request` to a server of `pool`, asked at `sent_at` (its first response
@@ -153,16 +154,20 @@ fn send(
     pool.send(server, request, set, deadline)
         .map(move |result| {
             drop(in_flight);
+            let counters = &pool.client_deadlines.counters;
             let target = &pool.servers[server];
             let upstream = || pool.name.clone();
             let label = || target.label.clone();
             match result {
                 Ok(response) => Ok(response),
-                Err(SendError::Timeout) => Err(GatewayError::UpstreamTimeout {
-                    upstream: upstream(),
-                    server: label(),
-                    after: pool.response_timeout,
-                }),
+                Err(SendError::Timeout) => {
+                    counters.count(Deadline::UpstreamResponse);
+                    Err(GatewayError::UpstreamTimeout {
+                        upstream: upstream(),
+                        server: label(),
+                        after: pool.response_timeout,
+                    })
+                }
                 Err(SendError::Connect(source)) => {
                     pool.eject(server);
                     if let Some(tls) = tls_error(source.as_ref()) {
@@ -172,6 +177,7 @@ fn send(
                             reason: tls.to_string(),
                         })
                     } else if is_timeout(source.as_ref()) {
+                        counters.count(Deadline::UpstreamConnect);
                         Err(GatewayError::UpstreamConnectTimeout {
                             upstream: upstream(),
                             server: label(),
@@ -187,6 +193,9 @@ fn send(
                 }
                 Err(SendError::Exchange(ExchangeError::ClientBody(source))) => {
                     Err(GatewayError::BadRequestBody(source))
+                }
+                Err(SendError::Exchange(ExchangeError::ClientBodyTimedOut(after))) => {
+                    Err(GatewayError::RequestBodyTimeout { after })
                 }
                 Err(SendError::Exchange(source)) => Err(GatewayError::UpstreamFailed {
                     upstream: upstream(),

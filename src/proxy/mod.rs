@@ -38,7 +38,7 @@ use admit::Admission;
 use headers::Forwarded;
 use prometheus_client::metrics::histogram::Histogram;
 use request::ProxyRequest;
-use upstream::UpstreamPool;
+use upstream::{ClientDeadlines, UpstreamPool};
 
 /// Everything a request needs, built once from a validated config.
 pub struct Runtime {
@@ -87,10 +87,13 @@ impl Runtime {
         metrics: Arc<Metrics>,
         previous: Option<&Runtime>,
     ) -> Result<Runtime, rustls::Error> {
+        let client_deadlines = ClientDeadlines::new(&config.server, metrics.timeouts.clone());
         let upstreams: Result<Vec<_>, _> = config
             .upstreams
             .iter()
-            .map(|u| UpstreamPool::new(u, config.server.workers).map(Arc::new))
+            .map(|u| {
+                UpstreamPool::new(u, client_deadlines.clone(), config.server.workers).map(Arc::new)
+            })
             .collect();
         let stores = stores(config, previous.map(|p| p.limiter.stores()));
         let limiter = Limiter::new(

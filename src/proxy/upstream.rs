@@ -14,8 +14,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::connections::{Connections, PooledBody, SendError};
 use super::headers::SetFields;
+use super::http1::ExchangeDeadlines;
 use crate::canonical::ClientBody;
-use crate::config::{Balance, HealthCheck, UpstreamConfig, UpstreamServer};
+use crate::config::{Balance, HealthCheck, ServerConfig, UpstreamConfig, UpstreamServer};
+use crate::metrics::TimeoutCounters;
 use crate::request_fields::RequestFields;
 use crate::tls::upstream::client_config;
 
@@ -62,6 +64,27 @@ pub struct ServerState {
     ejected_until_ms: AtomicU64,
 }
 
+/// The `[server]` deadlines on the client's side of what a pool carries (its request bodies
+/// and upgraded tunnels), and where timeouts are counted.
+#[derive(Clone, Default)]
+pub struct ClientDeadlines {
+    pub body_read: Duration,
+    pub tunnel_idle: Duration,
+    pub tunnel_send: Duration,
+    pub counters: TimeoutCounters,
+}
+
+impl ClientDeadlines {
+    pub fn new(server: &ServerConfig, counters: TimeoutCounters) -> ClientDeadlines {
+        ClientDeadlines {
+            body_read: server.body_read_timeout,
+            tunnel_idle: server.tunnel_idle_timeout,
+            tunnel_send: server.tunnel_send_timeout,
+            counters,
+        }
+    }
+}
+
 /// The servers of one upstream with their pooled keep-alive connections.
 pub struct UpstreamPool {
     pub name: String,
@@ -69,6 +92,7 @@ pub struct UpstreamPool {
     pub connections: Connections,
     pub response_timeout: Duration,
     pub connect_timeout: Duration,
+    pub client_deadlines: ClientDeadlines,
     pub health_check: Option<HealthCheck>,
     balance: Balance,
     ejection_time: Duration,
@@ -78,8 +102,18 @@ pub struct UpstreamPool {
 
 impl UpstreamPool {
     /// A pool for `workers` serving threads (see `crate::worker`).
-    pub fn new(config: &UpstreamConfig, workers: usize) -> Result<UpstreamPool, rustls::Error> {
-        let connections = Connections::new(connector(config)?, config.servers.len(), workers);
+    pub fn new(
+        config: &UpstreamConfig,
+        client_deadlines: ClientDeadlines,
+        workers: usize,
+    ) -> Result<UpstreamPool, rustls::Error> {
+        let deadlines = ExchangeDeadlines {
+            read_timeout: config.read_timeout,
+            body_read_timeout: client_deadlines.body_read,
+            counters: client_deadlines.counters.clone(),
+        };
+        let servers = config.servers.len();
+        let connections = Connections::new(connector(config)?, servers, workers, deadlines);
         let servers = config
             .servers
             .iter()
@@ -100,6 +134,7 @@ impl UpstreamPool {
             connections,
             response_timeout: config.response_timeout,
             connect_timeout: config.connect_timeout,
+            client_deadlines,
             health_check: config.health_check.clone(),
             balance: config.balance,
             ejection_time: config.ejection_time,
@@ -271,7 +306,7 @@ pub(crate) mod tests {
         let authorities: Vec<_> = (0..servers)
             .map(|i| format!("127.0.0.1:{}", 9000 + i))
             .collect();
-        UpstreamPool::new(&config(&authorities, balance), 1).unwrap()
+        UpstreamPool::new(&config(&authorities, balance), Default::default(), 1).unwrap()
     }
 
     fn check() -> HealthCheck {
@@ -309,7 +344,7 @@ pub(crate) mod tests {
             ejection_time: Duration::from_millis(500),
             ..config(&authorities, Balance::RoundRobin)
         };
-        let pool = UpstreamPool::new(&config, 1).unwrap();
+        let pool = UpstreamPool::new(&config, Default::default(), 1).unwrap();
         assert_eq!(pool.pick(None), Some(0));
         pool.eject(0);
         assert_eq!(pool.pick(None), None);
