@@ -14,6 +14,8 @@ mod http1;
 mod hyper_conn;
 mod only_when_woken;
 mod reload;
+mod served_body;
+mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -32,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ServerConfig, TlsListenerConfig};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TimeoutCounters};
 use crate::proxy::Runtime;
 use crate::tls::server::{CertResolver, acceptor};
 use admin::AdminState;
@@ -41,6 +43,7 @@ use connection::{ConnectionSettings, Protocols};
 pub use http1::parse_for_fuzzing;
 use hyper_conn::HyperServers;
 use reload::Generation;
+use watch::WatchedDeadlines;
 pub use reload::{ReloadError, Reloader, watch_files};
 
 /// Why the gateway could not serve.
@@ -189,7 +192,10 @@ impl Gateway {
         }
         let serving = Serving {
             runtime: self.runtime.clone(),
-            settings: Arc::new(connection_settings(&self.config.server)),
+            settings: Arc::new(connection_settings(
+                &self.config.server,
+                self.runtime.load().metrics.timeouts.clone(),
+            )),
             slots: Arc::new(Semaphore::new(self.config.server.max_connections)),
             connections: TaskTracker::new(),
             stop: stop.clone(),
@@ -378,7 +384,7 @@ fn tls_entry(config: &TlsListenerConfig) -> Result<TlsEntry, rustls::Error> {
     })
 }
 
-fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
+fn connection_settings(server: &ServerConfig, counters: TimeoutCounters) -> ConnectionSettings {
     let mut auto = auto::Builder::new(TokioExecutor::new());
     // The same HTTP/1 settings for both servers, written once.
     macro_rules! http1_settings {
@@ -405,8 +411,12 @@ fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
     http1_settings!(http1);
     ConnectionSettings {
         hyper: HyperServers { auto, http1 },
-        header_read_timeout: server.header_read_timeout,
-        idle_timeout: server.idle_timeout,
+        deadlines: WatchedDeadlines {
+            header_read_timeout: server.header_read_timeout,
+            idle_timeout: server.idle_timeout,
+            send_timeout: server.send_timeout,
+            counters,
+        },
     }
 }
 
@@ -463,7 +473,7 @@ impl AcceptLoop {
             match tls {
                 None => {
                     let client = (peer, "http", Protocols::Any);
-                    connection::serve(stream, client, runtime, settings, stop).await
+                    connection::serve((stream, slot), client, runtime, settings, stop).await
                 }
                 Some(tls) => {
                     let handshake =
@@ -477,14 +487,14 @@ impl AcceptLoop {
                                 _ => Protocols::Any,
                             };
                             let client = (peer, "https", protocols);
-                            connection::serve(stream, client, runtime, settings, stop).await
+                            connection::serve((stream, slot), client, runtime, settings, stop)
+                                .await
                         }
                         Ok(Err(error)) => handshake_failed(&tls, peer, &error.to_string()),
                         Err(_) => handshake_failed(&tls, peer, "handshake_timeout passed"),
                     }
                 }
             }
-            drop(slot);
         }
     }
 }
