@@ -10,6 +10,7 @@ pub mod headers;
 mod health;
 pub mod http1;
 pub mod request;
+mod tunnel;
 pub mod upstream;
 
 use std::net::{IpAddr, SocketAddr};

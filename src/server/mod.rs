@@ -43,8 +43,8 @@ use connection::{ConnectionSettings, Protocols};
 pub use http1::parse_for_fuzzing;
 use hyper_conn::HyperServers;
 use reload::Generation;
-use watch::WatchedDeadlines;
 pub use reload::{ReloadError, Reloader, watch_files};
+use watch::WatchedDeadlines;
 
 /// Why the gateway could not serve.
 #[derive(Debug, thiserror::Error)]
@@ -487,8 +487,7 @@ impl AcceptLoop {
                                 _ => Protocols::Any,
                             };
                             let client = (peer, "https", protocols);
-                            connection::serve((stream, slot), client, runtime, settings, stop)
-                                .await
+                            connection::serve((stream, slot), client, runtime, settings, stop).await
                         }
                         Ok(Err(error)) => handshake_failed(&tls, peer, &error.to_string()),
                         Err(_) => handshake_failed(&tls, peer, "handshake_timeout passed"),
