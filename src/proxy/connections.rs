@@ -152,6 +152,17 @@ impl Connections {
         Ok(Box::new(Connection::new(stream, self.deadlines.clone())))
     }
 
+    /// Shares the idle lists of `previous`'s server `at` as those of `server`: a reload's pool
+    /// goes on with the warm connections of the one before, and the old runtime's last
+    /// responses give theirs back where the new one finds them. Both must have as many workers.
+    pub fn adopt_idle(&mut self, server: usize, previous: &Connections, at: usize) {
+        if self.workers != previous.workers {
+            return;
+        }
+        let lists = &previous.idle[at * self.workers..(at + 1) * self.workers];
+        self.idle[server * self.workers..(server + 1) * self.workers].clone_from_slice(lists);
+    }
+
     /// Closes the connections idle for longer than `IDLE_TIMEOUT`.
     pub fn close_expired(&self, now: Instant) {
         for list in self.idle.iter() {

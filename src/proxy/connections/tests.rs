@@ -1,5 +1,5 @@
 use super::*;
-use crate::config::Balance;
+use crate::config::{Balance, UpstreamConfig};
 use crate::proxy::upstream::tests::config;
 use http_body_util::{BodyExt, Either, Empty};
 
@@ -60,4 +60,29 @@ async fn the_background_sweep_closes_idle_connections_when_no_request_comes() {
     sweeps_after(2).await; // 112.5 s idle
     assert_eq!(pool.connections.idle_count(0), 0);
     stop.cancel();
+}
+
+#[tokio::test]
+async fn a_reloaded_pool_goes_on_with_the_idle_connections_of_unchanged_servers() {
+    let address = crate::echo::spawn("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let before = config(&[address.to_string()], Balance::RoundRobin);
+    let old = UpstreamPool::new(&before, Default::default(), 2).unwrap();
+    one_pooled_connection(&old).await;
+    let new = UpstreamPool::succeeding(&before, Default::default(), 2, Some(&old)).unwrap();
+    assert_eq!(new.connections.idle_count(0), 1);
+    // Connections carry the read timeout they were made with: a new one means new connections.
+    let after = UpstreamConfig {
+        read_timeout: Duration::from_secs(7),
+        ..before.clone()
+    };
+    let changed = UpstreamPool::succeeding(&after, Default::default(), 2, Some(&new)).unwrap();
+    assert_eq!(changed.connections.idle_count(0), 0);
+    exchange(&new).await;
+    assert_eq!(
+        new.connections.idle_count(0),
+        1,
+        "the carried connection was reused"
+    );
 }

@@ -95,3 +95,64 @@ async fn checks_need_a_streak_to_change_the_verdict() {
     assert_eq!(pool.record_check(0, true, &check), Some(true));
     assert_eq!(pool.pick(None), Some(0));
 }
+
+/// A pool under `before` with its second server ejected, and the pool a reload to `after` makes
+/// from it.
+fn reloaded(before: &UpstreamConfig, after: UpstreamConfig) -> (UpstreamPool, UpstreamPool) {
+    let old = UpstreamPool::new(before, Default::default(), 1).unwrap();
+    old.eject(1);
+    let new = UpstreamPool::succeeding(&after, Default::default(), 1, Some(&old)).unwrap();
+    (old, new)
+}
+
+fn authorities(ports: &[u16]) -> Vec<String> {
+    ports.iter().map(|p| format!("127.0.0.1:{p}")).collect()
+}
+
+#[tokio::test]
+async fn a_reload_keeps_what_is_known_of_unchanged_servers_wherever_they_moved() {
+    let before = config(&authorities(&[9000, 9001]), Balance::RoundRobin);
+    let after = config(&authorities(&[9002, 9000, 9001]), Balance::RoundRobin);
+    let (old, new) = reloaded(&before, after);
+    assert!(
+        !new.is_available_now(2),
+        "9001 was ejected before the reload"
+    );
+    assert!(new.is_available_now(0) && new.is_available_now(1));
+    // One record, shared: what the old pool learns from here on counts in the new one.
+    for _ in 0..3 {
+        old.record_check(0, false, &check());
+    }
+    assert!(!new.is_available_now(1));
+}
+
+#[tokio::test]
+async fn a_server_whose_health_terms_changed_starts_afresh() {
+    let before = config(&authorities(&[9000, 9001]), Balance::RoundRobin);
+    let changes: [fn(&mut UpstreamConfig); 3] = [
+        |c| c.health_check = Some(check()),
+        |c| c.ejection_time = Duration::from_secs(5),
+        |c| c.connect_timeout = Duration::from_secs(5),
+    ];
+    for (case, change) in changes.iter().enumerate() {
+        let mut after = before.clone();
+        change(&mut after);
+        let (_, new) = reloaded(&before, after);
+        assert!(new.is_available_now(1), "change {case}");
+    }
+    // Only the upstream's own terms count: balance is not one of them.
+    let after = config(&authorities(&[9000, 9001]), Balance::LeastRequests);
+    assert!(!reloaded(&before, after).1.is_available_now(1));
+}
+
+#[tokio::test]
+async fn a_carried_ejection_ends_when_it_was_due() {
+    let before = UpstreamConfig {
+        ejection_time: Duration::from_millis(400),
+        ..config(&authorities(&[9000, 9001]), Balance::RoundRobin)
+    };
+    let (_, new) = reloaded(&before, before.clone());
+    assert!(!new.is_available_now(1));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(new.is_available_now(1));
+}
