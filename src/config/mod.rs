@@ -123,7 +123,7 @@ impl fmt::Display for UpstreamServer {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HealthCheck {
     pub path: String,
     pub interval: Duration,

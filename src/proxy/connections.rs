@@ -152,6 +152,17 @@ impl Connections {
         Ok(Box::new(Connection::new(stream, self.deadlines.clone())))
     }
 
+    /// Shares the idle lists of `previous`'s server `at` as those of `server`: a reload's pool
+    /// goes on with the warm connections of the one before, and the old runtime's last
+    /// responses give theirs back where the new one finds them. Both must have as many workers.
+    pub fn adopt_idle(&mut self, server: usize, previous: &Connections, at: usize) {
+        if self.workers != previous.workers {
+            return;
+        }
+        let lists = &previous.idle[at * self.workers..(at + 1) * self.workers];
+        self.idle[server * self.workers..(server + 1) * self.workers].clone_from_slice(lists);
+    }
+
     /// Closes the connections idle for longer than `IDLE_TIMEOUT`.
     pub fn close_expired(&self, now: Instant) {
         for list in self.idle.iter() {
@@ -340,68 +351,4 @@ impl Body for PooledBody {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Balance;
-    use crate::proxy::upstream::tests::config;
-    use http_body_util::{BodyExt, Either, Empty};
-
-    async fn pool_for_echo() -> UpstreamPool {
-        let address = crate::echo::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let config = config(&[address.to_string()], Balance::RoundRobin);
-        UpstreamPool::new(&config, Default::default(), 2).unwrap()
-    }
-
-    async fn exchange(pool: &UpstreamPool) {
-        let head = UpstreamHead::get("/");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let request = (head, Either::Right(Empty::new()));
-        let response = pool.send(0, request, SetFields::default(), deadline).await;
-        let body = response.unwrap().into_body().collect().await.unwrap();
-        assert!(!body.to_bytes().is_empty());
-    }
-
-    /// One exchange, whose connection is pooled as its body ends.
-    async fn one_pooled_connection(pool: &UpstreamPool) {
-        exchange(pool).await;
-        assert_eq!(pool.connections.idle_count(0), 1);
-    }
-
-    #[tokio::test]
-    async fn idle_connections_close_after_the_idle_timeout_and_not_before() {
-        let pool = pool_for_echo().await;
-        one_pooled_connection(&pool).await;
-        let pooled_at = Instant::now();
-        pool.connections.close_expired(pooled_at + IDLE_TIMEOUT / 2);
-        assert_eq!(pool.connections.idle_count(0), 1);
-        pool.connections
-            .close_expired(pooled_at + IDLE_TIMEOUT + Duration::from_secs(1));
-        assert_eq!(pool.connections.idle_count(0), 0);
-        // The next request simply opens a new connection.
-        exchange(&pool).await;
-    }
-
-    #[tokio::test]
-    async fn the_background_sweep_closes_idle_connections_when_no_request_comes() {
-        let pool = Arc::new(pool_for_echo().await);
-        one_pooled_connection(&pool).await;
-        tokio::time::pause();
-        let stop = CancellationToken::new();
-        tokio::spawn(close_expired_until(vec![pool.clone()], stop.clone()));
-        let sweeps_after = |ticks: u32| async move {
-            for _ in 0..ticks {
-                tokio::time::advance(IDLE_TIMEOUT / 4).await;
-                for _ in 0..10 {
-                    tokio::task::yield_now().await;
-                }
-            }
-        };
-        sweeps_after(3).await; // 67.5 s idle
-        assert_eq!(pool.connections.idle_count(0), 1);
-        sweeps_after(2).await; // 112.5 s idle
-        assert_eq!(pool.connections.idle_count(0), 0);
-        stop.cancel();
-    }
-}
+mod tests;

@@ -71,8 +71,9 @@ impl Runtime {
     }
 
     /// The runtime of a reloaded config: it keeps the limit state of `previous` (limits whose
-    /// rates changed get fresh identities), its edge buckets when `[edge]` is unchanged, and its
-    /// clock.
+    /// rates changed get fresh identities), its edge buckets when `[edge]` is unchanged, its
+    /// clock, and what its pools know of servers whose definition is unchanged (health, idle
+    /// connections; see `UpstreamPool::succeeding`).
     pub fn succeeding(config: &Config, previous: &Runtime) -> Result<Runtime, rustls::Error> {
         Runtime::build(
             config,
@@ -93,7 +94,10 @@ impl Runtime {
             .upstreams
             .iter()
             .map(|u| {
-                UpstreamPool::new(u, client_deadlines.clone(), config.server.workers).map(Arc::new)
+                let before = previous.and_then(|p| p.upstreams.iter().find(|b| b.name == u.name));
+                let deadlines = client_deadlines.clone();
+                UpstreamPool::succeeding(u, deadlines, config.server.workers, before.map(|b| &**b))
+                    .map(Arc::new)
             })
             .collect();
         let stores = stores(config, previous.map(|p| p.limiter.stores()));

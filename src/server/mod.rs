@@ -1,6 +1,6 @@
 //! Listeners and the serving lifecycle: bind plain and TLS listeners, accept within
 //! `max_connections`, serve each connection, and on shutdown stop accepting and let in-flight
-//! requests finish within `shutdown_grace`.
+//! requests finish within `shutdown_grace` (see `drain`).
 //!
 //! Connections are served by `[server] workers` threads, each with its own single-threaded
 //! event loop accepting from every listener (as nginx's worker processes do): a connection,
@@ -10,6 +10,7 @@
 
 mod admin;
 mod connection;
+mod drain;
 mod http1;
 mod hyper_conn;
 mod only_when_woken;
@@ -20,9 +21,9 @@ mod watch;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -39,6 +40,7 @@ use crate::proxy::Runtime;
 use crate::tls::server::{CertResolver, acceptor};
 use admin::AdminState;
 use connection::{ConnectionSettings, Protocols};
+pub use drain::Drain;
 #[cfg(fuzzing)]
 pub use http1::parse_for_fuzzing;
 use hyper_conn::HyperServers;
@@ -167,9 +169,9 @@ impl Gateway {
         }
     }
 
-    /// Serves until `shutdown` completes, then drains within `shutdown_grace`. Dropping the
-    /// returned future stops the other workers too.
-    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
+    /// Serves until `shutdown` completes, then drains within `shutdown_grace` and says how that
+    /// ended. Dropping the returned future stops the other workers too.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<Drain, ServeError> {
         for warning in &self.config.warnings {
             tracing::warn!("{}: {warning}", self.config.source);
         }
@@ -181,14 +183,23 @@ impl Gateway {
             Err(_) => stop.child_token(),
         };
         self.runtime.load().start_background(&background);
+        // The admin listener outlives `stop`: it answers through the drain, and ends with
+        // serving, however serving ends.
+        let admin_stop = CancellationToken::new();
+        let _admin_stop_when_done = admin_stop.clone().drop_guard();
+        let draining = Arc::new(AtomicBool::new(false));
         if let Some(listener) = self.admin {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(admin = %addr, "admin listening");
+            }
             let state = AdminState {
                 runtime: self.runtime.clone(),
                 generation: self.generation.clone(),
                 metrics: self.runtime.load().metrics.clone(),
                 ready: Arc::default(),
+                draining: draining.clone(),
             };
-            tokio::spawn(admin::serve(listener, state, stop.clone()));
+            tokio::spawn(admin::serve(listener, state, admin_stop));
         }
         let serving = Serving {
             runtime: self.runtime.clone(),
@@ -208,25 +219,16 @@ impl Gateway {
         let workers = Workers::start(&self.listeners, &serving, self.config.server.workers)?;
         let accepting = serving.accept_on_this_thread(self.listeners)?;
         shutdown.await;
+        let started = Instant::now();
+        draining.store(true, Ordering::Release);
         let grace = self.config.server.shutdown_grace;
-        tracing::info!(?grace, "shutting down: no new connections");
+        tracing::info!(
+            ?grace,
+            "shutting down: no new connections; /readyz answers 503"
+        );
         stop.cancel();
-        for task in accepting {
-            let _ = task.await;
-        }
         let connections = serving.connections;
-        connections.close();
-        if tokio::time::timeout(grace, connections.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                open = connections.len(),
-                "shutdown_grace over; closing remaining connections"
-            );
-        }
-        workers.stop().await;
-        Ok(())
+        Ok(drain::drain(accepting, connections, grace, workers, started).await)
     }
 }
 

@@ -63,7 +63,7 @@ pub struct TestGateway {
     pub certificates: ratelimit_proxy::server::CertificateReloader,
     pub reloader: ratelimit_proxy::server::Reloader,
     shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), ratelimit_proxy::ServeError>>,
+    task: JoinHandle<Result<ratelimit_proxy::Drain, ratelimit_proxy::ServeError>>,
 }
 
 impl TestGateway {
@@ -129,7 +129,9 @@ impl TestGateway {
     }
 
     /// Signals shutdown and returns the serve task, to await when the test wants.
-    pub fn stop(mut self) -> JoinHandle<Result<(), ratelimit_proxy::ServeError>> {
+    pub fn stop(
+        mut self,
+    ) -> JoinHandle<Result<ratelimit_proxy::Drain, ratelimit_proxy::ServeError>> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
