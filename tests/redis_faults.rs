@@ -195,9 +195,10 @@ async fn readyz_waits_for_redis_when_the_config_asks() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     server.restart();
+    // Each worker's retries back off to 2 s; one that finds another probing retries at once.
     assert!(
-        ready_within(&gateway, Duration::from_secs(5)).await,
-        "ready once Redis is reachable"
+        ready_within(&gateway, Duration::from_millis(2600)).await,
+        "ready within a retry pause once Redis is reachable"
     );
     let (response, _) = call(&gateway, "/", "k").await;
     assert_eq!(
@@ -212,6 +213,34 @@ async fn readyz_waits_for_redis_when_the_config_asks() {
         assert_eq!(get(&readyz(&gateway)).await.0.status(), StatusCode::OK);
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Readiness holds once every worker reached Redis, whether `/readyz` was asked then or not:
+/// a reload to an unreachable Redis keeps the gateway ready.
+#[tokio::test]
+async fn readiness_reached_before_anyone_asked_survives_a_reload() {
+    let server = RedisServer::start();
+    let upstream = TestUpstream::ok("ok").await;
+    let limits = limit("per-key", "gcra", "[{ limit = 5, per = \"1h\" }]", "");
+    let text = |url: &str| {
+        let store = format!(
+            "backend = \"redis\"\nurl = \"{url}\"\nkey_prefix = \"reached:\"\nready_requires_redis = true"
+        );
+        format!(
+            "workers = 2\n{}",
+            config(&upstream, &store, &[("/", "per-key")], &limits)
+        )
+    };
+    let (gateway, path) = TestGateway::start_in_dir("reached", &[], &text(&server.url())).await;
+    // Each worker loads the script as it warms up.
+    let warm = eventually(Duration::from_secs(5), || server.calls("script|load") >= 2).await;
+    assert!(warm, "both workers reached redis");
+    let nowhere = format!("redis://127.0.0.1:{}/0", refused_addr().await.port());
+    let listen = "[server]\nlisten = [\"127.0.0.1:0\"]\n";
+    std::fs::write(&path, format!("{listen}{}", text(&nowhere))).unwrap();
+    gateway.reloader.reload().expect("reloaded");
+    let readyz = format!("http://{}/readyz", gateway.admin_addr.unwrap());
+    assert_eq!(get(&readyz).await.0.status(), StatusCode::OK);
 }
 
 /// `on_error` defaults to `local`, which enforces each limit divided by

@@ -736,6 +736,39 @@ fn an_answer_waiting_when_a_busy_event_loop_comes_back_is_not_a_timeout() {
     });
 }
 
+/// A burst's calls queue on their worker's event loop before the driver writes them: that
+/// wait is the worker's, not Redis', and a call is timed only once it is written. (A burst of
+/// 300 requests at once timed calls out before their commands reached Redis.) Here Redis is
+/// busy with a first call for 100 ms while the worker's loop is busy too, past the second
+/// call's timeout: the second is written when the loop is back, and answered.
+#[test]
+fn a_call_queued_while_its_event_loop_is_busy_is_timed_from_when_it_is_written() {
+    const BUSY_100_MS: &[u8] = b"local t = redis.call('TIME') local s = t[1] * 1e6 + t[2] \
+        repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - s > 100000 return 1";
+    let server = RedisServer::start();
+    let runtime = common::event_loop();
+    let pipe = Pipe::new(Settings {
+        timeout: Duration::from_millis(50),
+        ..settings(server.port)
+    });
+    runtime.block_on(async {
+        assert_eq!(ping(&pipe, soon()).await, status("PONG"), "connected");
+        let mut first = Box::pin(call(&pipe, soon(), &[b"EVAL", BUSY_100_MS, b"0"]));
+        assert!(futures_util::poll!(first.as_mut()).is_pending());
+        // The driver writes the first call; Redis is busy with it from now on.
+        tokio::task::yield_now().await;
+        let mut second = Box::pin(call(&pipe, soon(), &[b"ECHO", b"queued"]));
+        assert!(futures_util::poll!(second.as_mut()).is_pending());
+        // The loop is busy past the second call's timeout before the driver runs again.
+        let busy = std::time::Instant::now();
+        while busy.elapsed() < Duration::from_millis(70) {
+            std::hint::spin_loop();
+        }
+        assert_eq!(second.await, Ok(bulk("queued")));
+        drop(first);
+    });
+}
+
 /// `ASKING` goes right before the call that follows an `ASK` redirection, and its own reply
 /// (here an error: this Redis is no cluster node) is nobody's: each call gets its own.
 #[tokio::test]

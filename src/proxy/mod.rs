@@ -166,7 +166,12 @@ fn stores(config: &Config, previous: Option<&Stores>) -> Stores {
             .as_ref()
             .map(|settings| match previous.and_then(|p| p.redis.as_ref()) {
                 Some(redis) if redis.config() == settings => redis.clone(),
-                _ => Arc::new(RedisStore::new(settings.clone(), config.server.workers)),
+                Some(redis) => Arc::new(RedisStore::succeeding(
+                    settings.clone(),
+                    config.server.workers,
+                    redis,
+                )),
+                None => Arc::new(RedisStore::new(settings.clone(), config.server.workers)),
             });
     Stores {
         memory,

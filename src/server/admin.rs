@@ -123,7 +123,7 @@ fn readiness(state: &AdminState) -> Response<Full<Bytes>> {
     };
     let runtime = state.runtime.load();
     let store = runtime.limiter.stores().redis.as_ref();
-    if requires_redis && store.is_some_and(|redis| !redis.reachable()) {
+    if requires_redis && store.is_some_and(|redis| !redis.reached()) {
         let why = "waiting for redis: not every worker has connected and loaded the script\n";
         return text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why.into());
     }

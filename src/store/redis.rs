@@ -133,6 +133,9 @@ pub struct RedisStore {
     tiers: TierCache,
     /// Per serving worker: its connections are open and the script loaded (`warm_up`).
     warm: Box<[AtomicBool]>,
+    /// Every worker was warm once, with this store or one it succeeded in a reload: readiness
+    /// holds from then on, whether `/readyz` was asked then or not.
+    reached: Arc<AtomicBool>,
 }
 
 impl RedisStore {
@@ -152,6 +155,16 @@ impl RedisStore {
             denied: DeniedCache::new(DENIED_CAPACITY),
             tiers: TierCache::default(),
             warm: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+            reached: Arc::default(),
+        }
+    }
+
+    /// A store for a reloaded config that changed `[store]`: new connections, and what
+    /// `previous` knew of having been reached.
+    pub fn succeeding(config: RedisConfig, workers: usize, previous: &RedisStore) -> RedisStore {
+        RedisStore {
+            reached: previous.reached.clone(),
+            ..RedisStore::new(config, workers)
         }
     }
 
@@ -180,9 +193,10 @@ impl RedisStore {
             .collect()
     }
 
-    /// Whether every worker has opened its connections and loaded the script (`warm_up`).
-    pub fn reachable(&self) -> bool {
-        self.warm.iter().all(|warm| warm.load(Ordering::Acquire))
+    /// Whether every worker has opened its connections and loaded the script (`warm_up`), now
+    /// or before (with this store or one it succeeded).
+    pub fn reached(&self) -> bool {
+        self.reached.load(Ordering::Acquire)
     }
 
     /// Opens the calling worker's connections (to every master of a cluster, whose slots it
@@ -204,6 +218,9 @@ impl RedisStore {
         }
         let worker = crate::worker::current() % self.warm.len();
         self.warm[worker].store(true, Ordering::Release);
+        if self.warm.iter().all(|warm| warm.load(Ordering::Acquire)) {
+            self.reached.store(true, Ordering::Release);
+        }
         Ok(())
     }
 

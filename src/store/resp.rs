@@ -6,8 +6,10 @@ use std::ops::Range;
 
 /// How deep arrays may nest in a reply (`CLUSTER SLOTS` nests three deep).
 const MOST_NESTING: usize = 8;
-/// Redis' own limit on a bulk string.
-const LONGEST_BULK: usize = 512 * 1024 * 1024;
+/// The longest bulk reply taken: the gateway's replies are a few KiB at most (32 bytes a
+/// window, 256 windows a merged call; a tier's name), so a longer one is a server that is not
+/// answering what was asked, and is not buffered (Redis' own limit is 512 MiB).
+const LONGEST_BULK: usize = 1024 * 1024;
 
 /// One RESP2 reply, as positions in the buffer it was read from.
 #[derive(Debug, PartialEq, Eq)]
@@ -256,6 +258,8 @@ mod tests {
             (b"$3\r\nabcd\r\n", "longer than it said"),
             (b"$-2\r\n", "a bulk string of -2 bytes"),
             (b"$999999999999\r\n", "a bulk string of 999999999999 bytes"),
+            // Before a byte of it is buffered.
+            (b"$400000000\r\n", "a bulk string of 400000000 bytes"),
             (b"*-5\r\n", "an array of -5 items"),
             (nested.as_bytes(), "nested too deep"),
         ] {

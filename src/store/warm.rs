@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::redis::RedisStore;
+use super::redis::{RedisStore, StoreError};
 
 /// How often a worker looks whether a reload brought a new store.
 const CHECK_EVERY: Duration = Duration::from_millis(100);
@@ -42,16 +42,21 @@ pub async fn keep_warm(current: impl Fn() -> Option<Arc<RedisStore>>, stop: Canc
 async fn warm_up(store: &RedisStore, still_current: impl Fn() -> bool) {
     let mut pause = FIRST_RETRY_AFTER;
     loop {
-        match store.warm_up().await {
+        let wait = match store.warm_up().await {
             Ok(()) => return,
+            // Another worker is probing the node: no attempt was made, and trying again as
+            // soon as it may keeps this worker from lagging a whole pause behind it.
+            Err(StoreError::BreakerOpen { retry_in }) => retry_in.min(FIRST_RETRY_AFTER),
             Err(error) => {
                 tracing::debug!(%error, worker = crate::worker::current(), "limit store not reached yet; trying again");
+                let wait = pause;
+                pause = (pause * 2).min(LONGEST_RETRY_PAUSE);
+                wait
             }
-        }
-        tokio::time::sleep(pause).await;
+        };
+        tokio::time::sleep(wait).await;
         if !still_current() {
             return;
         }
-        pause = (pause * 2).min(LONGEST_RETRY_PAUSE);
     }
 }

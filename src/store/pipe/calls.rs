@@ -28,8 +28,10 @@ pub(super) struct State {
     /// The call the next reply from Redis belongs to.
     pub(super) unanswered: u64,
     /// When the connection opened or last read a reply: calls are timed from here (or from
-    /// their queueing, if later). None while the connection is being opened.
+    /// when they were written, if later). None while the connection is being opened.
     pub(super) progress_at: Option<Instant>,
+    /// Calls before this id were taken by the driver to be written.
+    pub(super) sent_end: u64,
     pub(super) driver_running: bool,
     pub(super) driver: Option<Waker>,
     /// Whether the driver's timer covers every waiting call.
@@ -40,6 +42,9 @@ pub(super) struct State {
 
 pub(super) struct Call {
     pub(super) queued_at: Instant,
+    /// When the driver took the call's command to write it: until then the call waits on its
+    /// own worker's event loop, not on Redis.
+    pub(super) sent_at: Option<Instant>,
     /// However Redis answers others, the call gives up this long after it was queued.
     pub(super) wait: Duration,
     pub(super) state: CallState,
@@ -101,6 +106,18 @@ impl State {
         {
             *last = true;
         }
+    }
+
+    /// The driver took every queued command to write it, at `now`.
+    pub(super) fn mark_sent(&mut self, now: Instant) {
+        for id in self.sent_end.max(self.first)..self.end() {
+            if let Some(call) = self.call(id) {
+                call.sent_at = Some(now);
+            }
+        }
+        self.sent_end = self.end();
+        // The calls just sent are due sooner than the timer may have been armed for.
+        self.timer_armed = false;
     }
 
     /// The next reply from Redis arrived.
@@ -207,6 +224,7 @@ impl State {
             self.finish(id, Err(error.clone()));
         }
         self.unanswered = self.end();
+        self.sent_end = self.end();
         self.progress_at = None;
         self.queued.clear();
         self.batch.clear();
@@ -219,13 +237,15 @@ impl State {
 }
 
 /// When `call` times out: `timeout` after Redis could have started on it (see
-/// `Settings::timeout`; `progress_at` is when the connection opened or last read a reply), or
-/// when its `wait` is over, whichever is first; and how long it was given.
+/// `Settings::timeout`: once it was written and `progress_at`, when the connection opened or
+/// last read a reply), or when its `wait` is over, whichever is first; and how long it was
+/// given. A call not written yet waits on its own event loop (a burst's requests queue behind
+/// each other there), which is not Redis failing: only `wait` bounds it.
 fn expiry(call: &Call, progress_at: Option<Instant>, timeout: Duration) -> (Instant, Duration) {
     let deadline = call.queued_at + call.wait;
-    match progress_at {
-        Some(progress) if call.queued_at.max(progress) + timeout < deadline => {
-            (call.queued_at.max(progress) + timeout, timeout)
+    match (call.sent_at, progress_at) {
+        (Some(sent), Some(progress)) if sent.max(progress) + timeout < deadline => {
+            (sent.max(progress) + timeout, timeout)
         }
         // Still opening: the connect timeout stands in for Redis' answer.
         _ => (deadline, call.wait),

@@ -83,10 +83,11 @@ impl Connection {
             }
         }
         // Replies first: a worker whose event loop was busy past a call's time finds the
-        // answer waiting, and that call did not time out.
+        // answer waiting, and that call did not time out. Then what is queued is written, and
+        // only calls written are timed on Redis' answer.
         self.read(cx)?;
-        self.time_out(cx)?;
-        self.write(cx)
+        self.write(cx)?;
+        self.time_out(cx)
     }
 
     fn write(&mut self, cx: &mut Context<'_>) -> Result<(), StoreError> {
@@ -100,6 +101,9 @@ impl Connection {
                 let mut state = self.shared.lock();
                 state.close_batch();
                 std::mem::swap(&mut state.queued, &mut self.writing);
+                if !self.writing.is_empty() {
+                    state.mark_sent(Instant::now());
+                }
                 if self.writing.is_empty() {
                     drop(state);
                     // TLS keeps what the socket did not take; plain TCP has nothing to flush.

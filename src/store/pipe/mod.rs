@@ -136,6 +136,7 @@ impl Pipe {
                     first: 0,
                     unanswered: 0,
                     progress_at: None,
+                    sent_end: 0,
                     driver_running: false,
                     driver: None,
                     timer_armed: false,
@@ -304,6 +305,7 @@ impl Pipe {
         for _ in 0..unheeded {
             state.calls.push_back(Call {
                 queued_at,
+                sent_at: None,
                 wait,
                 state: CallState::Finished,
                 piece: Piece::Whole,
@@ -312,6 +314,7 @@ impl Pipe {
         let id = state.first + state.calls.len() as u64;
         state.calls.push_back(Call {
             queued_at,
+            sent_at: None,
             wait,
             state: CallState::Waiting(None),
             piece,
