@@ -289,6 +289,98 @@ async fn an_early_answer_cannot_make_the_next_clients_request_part_of_another() 
     );
 }
 
+/// Sends `request` whole (head and a small body in one write) and returns the status line of
+/// its answer.
+async fn attack_with(gateway: &TestGateway, request: &str) -> String {
+    let mut attacker = TcpStream::connect(gateway.addr).await.unwrap();
+    attacker.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = attacker.read(&mut buf).await.unwrap();
+        assert!(n > 0, "no answer to {request:?}");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    answer.lines().next().unwrap_or_default().to_string()
+}
+
+/// Clients one after another, each on a connection of its own: each must get its own answer.
+async fn each_victim_gets_its_own_answer(gateway: &TestGateway, rounds: usize) {
+    for round in 0..rounds {
+        let path = format!("/victim-{round}");
+        let victim = Request::get(gateway.url(&path))
+            .header("cookie", "session=victim-secret")
+            .body(empty())
+            .unwrap();
+        let (response, body) = send(victim).await;
+        let expected = format!("GET {path} cookie=session=victim-secret body=");
+        let case = format!("client {round}'s own answer");
+        assert_answer(&response, &body, StatusCode::OK, &expected, &case);
+    }
+}
+
+/// A body small enough to go out with its head, answered before the upstream read it (a
+/// "CL.0" path): the request it hides is answered on the connection after the early answer,
+/// at once or (`/slow`) after the next client's request was sent. Neither reaches a client.
+#[tokio::test]
+async fn a_small_body_answered_unread_cannot_give_its_hidden_requests_answer_to_the_next_client() {
+    let upstream = naive_upstream::NaiveUpstream::start().await;
+    let gateway = gateway_for(&upstream.url).await;
+    for hidden in ["/smuggled", "/slow"] {
+        let inner = format!("GET {hidden} HTTP/1.1\r\nHost: a\r\n\r\n");
+        let login = format!(
+            "POST /login HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{inner}",
+            inner.len()
+        );
+        let status = attack_with(&gateway, &login).await;
+        assert!(status.starts_with("HTTP/1.1 401"), "{status}");
+        each_victim_gets_its_own_answer(&gateway, 5).await;
+    }
+    // A 2xx to a body the upstream did not read: the hidden request's answer, sent at once,
+    // is found on the idle connection, which is then not reused.
+    let inner = "GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
+    for _ in 0..5 {
+        let status = attack_with(&gateway, &static_post(inner)).await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        // The next client comes a moment later.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        each_victim_gets_its_own_answer(&gateway, 3).await;
+    }
+}
+
+/// A POST to the path the upstream answers 200 without reading its body, whose body is `inner`.
+fn static_post(inner: &str) -> String {
+    format!(
+        "POST /static HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{inner}",
+        inner.len()
+    )
+}
+
+/// A 2xx to a body the upstream did not read, whose hidden request is answered only after the
+/// next client's request was sent: no check of the idle connection can see it coming, so an
+/// upstream that may do this is given `reuse_after_body = false`.
+#[tokio::test]
+async fn with_reuse_after_body_off_a_slow_hidden_request_never_reaches_the_next_client() {
+    let upstream = naive_upstream::NaiveUpstream::start().await;
+    let routes = one_route_config(&[upstream.url.clone()], "reuse_after_body = false");
+    let gateway = TestGateway::start(&routes).await;
+    let inner = "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n";
+    for _ in 0..3 {
+        let status = attack_with(&gateway, &static_post(inner)).await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        each_victim_gets_its_own_answer(&gateway, 3).await;
+    }
+    // Bodiless requests still share connections.
+    let before = upstream.accepted();
+    each_victim_gets_its_own_answer(&gateway, 5).await;
+    assert!(
+        upstream.accepted() <= before + 1,
+        "{before} then {}",
+        upstream.accepted()
+    );
+}
+
 #[tokio::test]
 async fn a_response_dropped_halfway_does_not_return_its_connection() {
     let upstream = TestUpstream::start(|request| async move {

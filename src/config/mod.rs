@@ -103,6 +103,8 @@ pub struct UpstreamConfig {
     pub response_timeout: Duration,
     /// Longest wait for the next bytes of a response body once its head arrived.
     pub read_timeout: Duration,
+    /// Whether a connection that carried a request body answered with a 2xx may be reused.
+    pub reuse_after_body: bool,
     /// How long a server that refused a connection is left out before it is tried again.
     pub ejection_time: Duration,
     pub health_check: Option<HealthCheck>,

@@ -72,6 +72,7 @@ pub struct RawUpstream {
     pub connect_timeout: Option<String>,
     pub response_timeout: Option<String>,
     pub read_timeout: Option<String>,
+    pub reuse_after_body: Option<bool>,
     pub ejection_time: Option<String>,
     pub health_check: Option<RawHealthCheck>,
     pub ca_file: Option<String>,

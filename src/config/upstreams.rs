@@ -68,6 +68,7 @@ pub(super) fn upstream(
             raw.read_timeout.as_deref(),
             Duration::from_secs(60),
         ),
+        reuse_after_body: raw.reuse_after_body.unwrap_or(true),
         ejection_time: problems.duration(
             format!("{path}.ejection_time"),
             raw.ejection_time.as_deref(),

@@ -68,6 +68,9 @@ pub struct Connections {
     workers: usize,
     /// What every connection's exchanges keep.
     deadlines: ExchangeDeadlines,
+    /// `[[upstreams]] reuse_after_body`: false closes every connection that carried a request
+    /// body, for upstreams that may answer without reading one.
+    pub reuse_after_body: bool,
 }
 
 /// One server's idle connections, the most recently used last.
@@ -92,6 +95,7 @@ impl Connections {
             idle: (0..servers * workers).map(|_| Arc::default()).collect(),
             workers,
             deadlines,
+            reuse_after_body: true,
         }
     }
 
@@ -112,10 +116,12 @@ impl Connections {
         set: SetFields,
         deadline: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> {
-        let idle = self.idle_list(server);
+        let pool = self.idle_list(server);
         let replayable = may_send_again(&head.method, &body, set.upgrade.is_some());
+        let reusable = self.reuse_after_body || body.is_end_stream();
+        let idle = reusable.then_some(pool);
         async move {
-            while let Some(mut connection) = idle.take_open() {
+            while let Some(mut connection) = pool.take_open() {
                 match connection.exchange(&head, &set, body, deadline).await {
                     Ok(answer) => return Ok(pooled(answer, connection, idle)),
                     Err(error) if replayable && error.is_close_before_answer() => {
@@ -249,10 +255,11 @@ impl IdleList {
 
 /// Wraps a response so that its connection returns to the pool after the body; a response
 /// without a body gives it back at once.
+/// `idle` is `None` when the connection must not be reused whatever the answer.
 fn pooled(
     head: ResponseHead,
     connection: Box<Connection>,
-    idle: &Arc<IdleList>,
+    idle: Option<&Arc<IdleList>>,
 ) -> Response<PooledBody> {
     let ResponseHead {
         response,
@@ -264,7 +271,7 @@ fn pooled(
         connection: Some(connection),
         fields,
         framing,
-        idle: keep_alive.then(|| idle.clone()),
+        idle: idle.filter(|_| keep_alive).cloned(),
     };
     if body.framing == Framing::Done {
         body.finish();

@@ -162,6 +162,7 @@ impl UpstreamPool {
         };
         let count = config.servers.len();
         let mut connections = Connections::new(connector(config)?, count, workers, deadlines);
+        connections.reuse_after_body = config.reuse_after_body;
         let mut servers = Vec::with_capacity(count);
         for (index, server) in config.servers.iter().enumerate() {
             let before = previous.and_then(|pool| Some((pool, pool.position(server)?)));

@@ -12,6 +12,7 @@ pub struct NaiveUpstream {
     pub url: String,
     smuggled: Arc<AtomicBool>,
     ended: Arc<AtomicUsize>,
+    accepted: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -22,9 +23,15 @@ impl NaiveUpstream {
         let smuggled = Arc::new(AtomicBool::new(false));
         let ended = Arc::new(AtomicUsize::new(0));
         let (seen, ending) = (smuggled.clone(), ended.clone());
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let accepting = accepted.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                accepting.fetch_add(1, Ordering::SeqCst);
                 let (seen, ending) = (seen.clone(), ending.clone());
+                // Each answer goes out at once: Nagle's algorithm would hold one that follows
+                // another until the gateway's (delayed) acknowledgement.
+                stream.set_nodelay(true).unwrap();
                 tokio::spawn(async move {
                     serve(stream, &seen).await;
                     ending.fetch_add(1, Ordering::SeqCst);
@@ -35,6 +42,7 @@ impl NaiveUpstream {
             url,
             smuggled,
             ended,
+            accepted,
             task,
         }
     }
@@ -42,6 +50,11 @@ impl NaiveUpstream {
     /// Whether a request for `/smuggled` reached it.
     pub fn smuggled_seen(&self) -> bool {
         self.smuggled.load(Ordering::SeqCst)
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// Connections that ended.
@@ -56,8 +69,9 @@ impl Drop for NaiveUpstream {
     }
 }
 
-/// Answers requests until the connection ends: `401` to `POST /login` (its body left for the
-/// next request), else `200` naming the method, path, cookie and body it read.
+/// Answers requests until the connection ends: `401` to `POST /login` and `200` to
+/// `POST /static` (their bodies left for the next request), else `200` naming the method,
+/// path, cookie and body it read, after 300 ms for `/slow`.
 async fn serve(mut stream: TcpStream, smuggled: &AtomicBool) {
     let mut buffer = Vec::new();
     loop {
@@ -77,12 +91,17 @@ async fn serve(mut stream: TcpStream, smuggled: &AtomicBool) {
                 })
                 .unwrap_or_default()
         };
-        if path == "/smuggled" {
+        if path == "/smuggled" || path == "/slow" {
             smuggled.store(true, Ordering::SeqCst);
         }
         let answer = if method == "POST" && path == "/login" {
             "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n".to_string()
+        } else if method == "POST" && path == "/static" {
+            "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nstatic".to_string()
         } else {
+            if path == "/slow" {
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
             let length: usize = field("content-length:").parse().unwrap_or(0);
             if fill_until(&mut stream, &mut buffer, |b| {
                 (b.len() >= length).then_some(length)

@@ -75,6 +75,7 @@ async fn a_reloaded_pool_goes_on_with_the_idle_connections_of_unchanged_servers(
     // Connections carry the read timeout they were made with: a new one means new connections.
     let after = UpstreamConfig {
         read_timeout: Duration::from_secs(7),
+        reuse_after_body: true,
         ..before.clone()
     };
     let changed = UpstreamPool::succeeding(&after, Default::default(), 2, Some(&new)).unwrap();

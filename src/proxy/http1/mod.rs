@@ -10,12 +10,14 @@
 //! framed, read to its end and followed by nothing else (DESIGN.md §2).
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderValue, Method, Response, StatusCode};
 use http_body::Frame;
+use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use super::headers::{Role, SetFields, list_items, role};
@@ -102,6 +104,13 @@ pub struct ResponseHead {
     pub keep_alive: bool,
 }
 
+/// True when the kernel holds nothing to read on `tcp` and the upstream has not closed it: a
+/// peek, a system call, as tokio's cached readiness may be older than the bytes.
+fn nothing_waiting(tcp: &TcpStream) -> bool {
+    let peeked = socket2::SockRef::from(tcp).peek(&mut [MaybeUninit::uninit(); 1]);
+    matches!(peeked, Err(error) if error.kind() == io::ErrorKind::WouldBlock)
+}
+
 /// One connection: its stream, buffers, and the request body it is still sending.
 pub struct Connection {
     stream: Stream,
@@ -118,6 +127,14 @@ pub struct Connection {
     /// upstream may take the rest of the request for another one, so the connection is not
     /// reused (an early answer; DESIGN.md §2).
     answered_during_upload: bool,
+    /// The request carried a body. An upstream that ignores bodies on some path (a "CL.0"
+    /// server) takes such a body for a request of its own, whose answer then arrives on the
+    /// idle connection or, if it is slow, as the answer to the next client's request.
+    sent_body: bool,
+    /// A request with a body got an answer other than 2xx: the answers of servers that did not
+    /// read a body (401, 403, 404, 405, redirects) are where an unread body hides, so such a
+    /// connection is not reused.
+    body_maybe_unread: bool,
     /// The current exchange's deadline for the response head.
     deadline: Instant,
     /// When the response body began to wait for the upstream, while it does.
@@ -138,6 +155,8 @@ impl Connection {
     pub fn new(stream: Stream, limits: ExchangeDeadlines) -> Connection {
         Connection {
             answered_during_upload: false,
+            sent_body: false,
+            body_maybe_unread: false,
             read_wait: None,
             upload_wait: None,
             limits,
@@ -156,9 +175,15 @@ impl Connection {
     }
 
     /// False when the upstream closed the connection (or sent bytes nobody asked for) while
-    /// it was idle. No system call in the usual case: tokio knows whether the socket became
-    /// readable since it was last read to the end.
+    /// it was idle. After a bodiless exchange, no system call in the usual case: tokio knows
+    /// whether the socket became readable when its event loop last looked. After a request
+    /// with a body, what the kernel holds is asked (a peek): an answer to a body the upstream
+    /// took for a request may have come since the event loop looked, and reusing the
+    /// connection would give it to the next client.
     pub fn is_open(&mut self) -> bool {
+        if self.sent_body && !nothing_waiting(self.stream.tcp()) {
+            return false;
+        }
         if let Stream::Plain(tcp) = &self.stream {
             // Any byte read here means the connection is not reused anyway.
             let open = tcp.try_read(&mut [0u8; 1]);
@@ -174,6 +199,7 @@ impl Connection {
         self.read_buf.is_empty()
             && matches!(self.upload, Upload::Done)
             && !self.answered_during_upload
+            && !self.body_maybe_unread
     }
 
     /// Lets go of buffers a large exchange grew, before the connection waits in the pool: up to
@@ -202,6 +228,7 @@ impl Connection {
     ) -> Result<ResponseHead, ExchangeError> {
         self.deadline = deadline;
         self.answered_during_upload = false;
+        self.body_maybe_unread = false;
         self.read_wait = None;
         self.upload_wait = None;
         self.start(head, set, body);
@@ -230,6 +257,7 @@ impl Connection {
                     self.answered_during_upload &= !self.read_buf.is_empty();
                     continue;
                 }
+                self.body_maybe_unread = self.sent_body && !status.is_success();
                 return Poll::Ready(Ok(head));
             }
             if self.read_buf.len() >= MAX_HEAD_BYTES {
@@ -394,5 +422,23 @@ mod tests {
             .await
             .unwrap();
         assert!(reported_closed(&mut connection).await);
+    }
+
+    /// After a request with a body, bytes the upstream sent are found at once, before the
+    /// event loop has seen them: they may answer a request hidden in that body.
+    #[tokio::test]
+    async fn after_a_body_bytes_the_event_loop_has_not_seen_yet_close_the_connection() {
+        let (mut connection, peer) = connected().await;
+        assert!(connection.is_open());
+        connection.sent_body = true;
+        let mut peer = peer.into_std().unwrap();
+        std::io::Write::write_all(&mut peer, b"HTTP/1.1 200 OK\r\n").unwrap();
+        // Delivered on loopback, but no await since: tokio's readiness still says nothing came.
+        let waiting = || !nothing_waiting(connection.stream.tcp());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !waiting() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(!connection.is_open());
     }
 }

@@ -35,6 +35,7 @@ impl Connection {
         encode_head(&mut self.write_buf, head, set, length);
         self.flushed = false;
         self.chunked = matches!(length, Some(None));
+        self.sent_body = length.is_some();
         self.body = length.is_some().then_some(body);
         self.upload = Upload::Sending;
     }

@@ -15,6 +15,7 @@ pub(crate) fn config(authorities: &[String], balance: Balance) -> UpstreamConfig
         connect_timeout: Duration::from_secs(1),
         response_timeout: Duration::from_secs(1),
         read_timeout: Duration::from_secs(1),
+        reuse_after_body: true,
         ejection_time: Duration::from_secs(60),
         health_check: None,
         tls: Default::default(),
