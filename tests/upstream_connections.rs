@@ -363,7 +363,10 @@ fn static_post(inner: &str) -> String {
 #[tokio::test]
 async fn with_reuse_after_body_off_a_slow_hidden_request_never_reaches_the_next_client() {
     let upstream = naive_upstream::NaiveUpstream::start().await;
-    let routes = one_route_config(&[upstream.url.clone()], "reuse_after_body = false");
+    let routes = one_route_config(
+        std::slice::from_ref(&upstream.url),
+        "reuse_after_body = false",
+    );
     let gateway = TestGateway::start(&routes).await;
     let inner = "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n";
     for _ in 0..3 {
