@@ -74,6 +74,19 @@ fn a_huge_value_is_echoed_cut_with_its_length() {
     assert!(rendered.contains("bytes left out"), "{rendered}");
 }
 
+/// Names are metric labels: a 50 MB route name made every `/metrics` scrape 1 GB.
+#[test]
+fn a_name_longer_than_128_bytes_is_refused() {
+    let long = "r".repeat(129);
+    let text = format!(
+        "{VALID}\n[[upstreams]]\nname = \"up2\"\nservers = [\"http://127.0.0.1:1\"]\n\n[[routes]]\nname = \"{long}\"\nupstream = \"up2\"\n"
+    );
+    let rendered = parse_str(&text, "gw.toml").unwrap_err().to_string();
+    assert!(rendered.contains(".name: expected a name of at most 128 bytes"), "{rendered}");
+    let fits = text.replace(&long, &"r".repeat(128));
+    parse_str(&fits, "gw.toml").unwrap();
+}
+
 #[test]
 fn check_on_a_huge_bad_list_file_and_a_huge_inline_list_prints_a_bounded_report() {
     let mut list = String::new();

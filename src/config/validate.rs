@@ -175,7 +175,10 @@ fn route_host(text: &str, path: &str, problems: &mut Problems) -> String {
     text.to_ascii_lowercase()
 }
 
-/// Maps each name to its index; reports empty and duplicate names under `section`.
+/// Longest name of a limit, upstream or route.
+const MAX_NAME_BYTES: usize = 128;
+
+/// Maps each name to its index; reports empty, overlong and duplicate names under `section`.
 fn unique_names<'a>(
     names: impl Iterator<Item = &'a str>,
     section: &str,
@@ -185,6 +188,15 @@ fn unique_names<'a>(
     for (i, name) in names.enumerate() {
         if name.trim().is_empty() {
             problems.push(format!("{section}[{i}].name"), "expected a non-empty name");
+        } else if name.len() > MAX_NAME_BYTES {
+            // Names are metric labels and log fields: each scrape and line repeats them.
+            problems.push(
+                format!("{section}[{i}].name"),
+                format!(
+                    "expected a name of at most {MAX_NAME_BYTES} bytes, got {}",
+                    echo(name)
+                ),
+            );
         } else if let Some(first) = index.insert(name, i) {
             index.insert(name, first);
             problems.push(
