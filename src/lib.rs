@@ -30,9 +30,12 @@ pub mod worker;
 use std::future::Future;
 
 pub use config::{Config, ConfigError};
-pub use server::{Gateway, ServeError};
+pub use server::{Drain, Gateway, ServeError};
 
-/// Binds the listeners of `config` and serves until `shutdown` completes.
-pub async fn serve(config: Config, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
+/// Binds the listeners of `config` and serves until `shutdown` completes, then drains.
+pub async fn serve(
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<Drain, ServeError> {
     Gateway::bind(config).await?.serve(shutdown).await
 }

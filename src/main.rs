@@ -126,8 +126,9 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         CONFIG_POLL,
         watching.clone(),
     ));
-    gateway.serve(shutdown_signal()).await?;
+    let drain = gateway.serve(shutdown_signal()).await?;
     watching.cancel();
+    log_exit(drain);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -152,7 +153,7 @@ async fn demo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
     );
     println!("       oha -z 10s -c 50 -H 'x-api-key: load' {url}/hello");
     println!("  stop with Ctrl-C");
-    gateway.serve(shutdown_signal()).await?;
+    log_exit(gateway.serve(shutdown_signal()).await?);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -164,6 +165,16 @@ async fn echo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
     println!("echo upstream on http://{}", listener.local_addr()?);
     ratelimit_proxy::echo::serve(listener, shutdown_signal()).await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The process's last line: how the drain ended and how long it took.
+fn log_exit(drain: ratelimit_proxy::Drain) {
+    tracing::info!(
+        drain = drain.ended(),
+        took_ms = drain.took.as_millis() as u64,
+        cut = drain.cut,
+        "exited"
+    );
 }
 
 /// How often the config file and the files it names are checked for changes.

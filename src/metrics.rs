@@ -4,6 +4,10 @@
 
 use std::sync::{Arc, OnceLock};
 
+mod timeouts;
+
+pub use timeouts::{Deadline, TimeoutCounters};
+
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
 use crate::edge::EdgeVerdict;
@@ -140,6 +144,8 @@ pub struct Metrics {
     pub limited: HeavyHitters,
     /// `rlp_requests_total{route=""}`: requests no route matched.
     no_route: CountersByStatus,
+    /// `rlp_timeouts_total{kind}`.
+    pub timeouts: TimeoutCounters,
 }
 
 /// The counters of one series family member by status code, each fetched from its family
@@ -297,8 +303,15 @@ impl Metrics {
             "Whether the circuit breaker of a Redis node is open (1) or closed (0)",
             store_breaker_open.clone(),
         );
+        let timeouts = Family::<timeouts::KindLabel, Counter>::default();
+        registry.register(
+            "rlp_timeouts",
+            "Deadlines that fired, by kind (the README's timeout table)",
+            timeouts.clone(),
+        );
         let no_route = requests_of(&requests, "");
         Metrics {
+            timeouts: TimeoutCounters::of(&timeouts),
             no_route,
             registry,
             requests,

@@ -23,6 +23,8 @@ pub enum GatewayError {
     RepeatedKey { limit: String, part: String },
     #[error("the request body is malformed: {0}")]
     BadRequestBody(#[source] Box<dyn std::error::Error + Send + Sync>),
+    #[error("the request body stopped arriving: nothing more within {after:?}")]
+    RequestBodyTimeout { after: Duration },
     #[error("no route matches {method} {path}")]
     NoRoute { method: http::Method, path: String },
     #[error("request headers are larger than {limit} bytes")]
@@ -74,6 +76,7 @@ impl GatewayError {
             GatewayError::BadRequest(_)
             | GatewayError::RepeatedKey { .. }
             | GatewayError::BadRequestBody(_) => StatusCode::BAD_REQUEST,
+            GatewayError::RequestBodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             GatewayError::NoRoute { .. } => StatusCode::NOT_FOUND,
             GatewayError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             GatewayError::NoHealthyServer { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -100,6 +103,7 @@ impl GatewayError {
             GatewayError::BadRequest(_)
             | GatewayError::RepeatedKey { .. }
             | GatewayError::BadRequestBody(_)
+            | GatewayError::RequestBodyTimeout { .. }
             | GatewayError::NoRoute { .. }
             | GatewayError::HeadersTooLarge { .. } => self.to_string(),
             GatewayError::NoHealthyServer { .. } => {

@@ -553,3 +553,47 @@ upstream = "api"
         .replace("escaped_slashes = \"decode\"\n", "");
     assert!(!problems(&allowed).iter().any(|l| l.contains("limits[0]")));
 }
+
+/// Every deadline of issue 31's table: its default, and a bad value named by its key path.
+#[test]
+fn the_deadlines_have_defaults_and_bad_values_name_their_paths() {
+    use std::time::Duration;
+    let config = parse_str(VALID, "gw.toml").unwrap();
+    let server = &config.server;
+    assert_eq!(server.body_read_timeout, Duration::from_secs(60));
+    assert_eq!(server.send_timeout, Duration::from_secs(60));
+    assert_eq!(server.tunnel_idle_timeout, Duration::from_secs(3600));
+    assert_eq!(server.tunnel_send_timeout, Duration::from_secs(300));
+    assert_eq!(config.upstreams[0].read_timeout, Duration::from_secs(60));
+
+    let set = VALID
+        .replace("[server]", "[server]\nsend_timeout = \"2s\"\nbody_read_timeout = \"3s\"\ntunnel_idle_timeout = \"4m\"\ntunnel_send_timeout = \"5m\"")
+        .replace("servers = [", "read_timeout = \"250ms\"\nservers = [");
+    let config = parse_str(&set, "gw.toml").unwrap();
+    assert_eq!(config.server.send_timeout, Duration::from_secs(2));
+    assert_eq!(config.server.body_read_timeout, Duration::from_secs(3));
+    assert_eq!(config.server.tunnel_idle_timeout, Duration::from_secs(240));
+    assert_eq!(config.server.tunnel_send_timeout, Duration::from_secs(300));
+    assert_eq!(config.upstreams[0].read_timeout, Duration::from_millis(250));
+
+    let bad = VALID
+        .replace("[server]", "[server]\nsend_timeout = \"0s\"\nbody_read_timeout = \"soon\"\ntunnel_idle_timeout = 5\ntunnel_send_timeout = \"1 h\"")
+        .replace("servers = [", "read_timeout = \"-1s\"\nservers = [");
+    let error = parse_str(&bad, "gw.toml").unwrap_err().to_string();
+    // A number where a string belongs is a syntax error, reported alone: the rest is checked
+    // once the file parses.
+    assert!(
+        error.contains("server.tunnel_idle_timeout") && error.contains("expected a string"),
+        "{error}"
+    );
+    let lines = problems(&bad.replace("tunnel_idle_timeout = 5\n", ""));
+    assert_eq!(
+        lines,
+        [
+            "gw.toml: server.body_read_timeout: expected a duration like \"250ms\", \"10s\", \"1m\", \"1h\" or \"1d\", got \"soon\"",
+            "gw.toml: server.send_timeout: expected a duration greater than zero",
+            "gw.toml: server.tunnel_send_timeout: expected a duration like \"250ms\", \"10s\", \"1m\", \"1h\" or \"1d\", got \"1 h\"",
+            "gw.toml: upstreams[0].read_timeout: expected a duration like \"250ms\", \"10s\", \"1m\", \"1h\" or \"1d\", got \"-1s\"",
+        ]
+    );
+}

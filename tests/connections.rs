@@ -272,7 +272,9 @@ async fn assert_finished(request: JoinHandle<(Response<()>, Bytes)>) {
 }
 
 /// After `stop`, serving (every worker) ends, without an error, within 10 s.
-async fn assert_serve_returns(serving: JoinHandle<Result<(), ratelimit_proxy::ServeError>>) {
+async fn assert_serve_returns(
+    serving: JoinHandle<Result<ratelimit_proxy::Drain, ratelimit_proxy::ServeError>>,
+) {
     let result = tokio::time::timeout(Duration::from_secs(10), serving)
         .await
         .expect("serve returned")

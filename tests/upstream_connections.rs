@@ -1,6 +1,10 @@
 //! The gateway's own pool of keep-alive connections to upstream servers: connections are
-//! reused, and a connection that closed while idle, answered `Connection: close`, is still
-//! busy uploading, or lost its response halfway is never handed to another request.
+//! reused, and a connection that closed while idle, answered `Connection: close`, answered
+//! before its request was sent whole, or lost its response halfway is never handed to another
+//! request.
+
+#[path = "upstream_connections/naive_upstream.rs"]
+mod naive_upstream;
 
 mod common;
 
@@ -32,6 +36,8 @@ enum Behaviour {
 struct RawUpstream {
     url: String,
     accepted: Arc<AtomicUsize>,
+    /// Connections that ended (the gateway closed them, or `then` did).
+    ended: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -40,22 +46,32 @@ impl RawUpstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let accepted = Arc::new(AtomicUsize::new(0));
-        let counting = accepted.clone();
+        let ended = Arc::new(AtomicUsize::new(0));
+        let (counting, ending) = (accepted.clone(), ended.clone());
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 counting.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(serve_raw(stream, then));
+                let ending = ending.clone();
+                tokio::spawn(async move {
+                    serve_raw(stream, then).await;
+                    ending.fetch_add(1, Ordering::SeqCst);
+                });
             }
         });
         RawUpstream {
             url,
             accepted,
+            ended,
             task,
         }
     }
 
     fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn ended(&self) -> usize {
+        self.ended.load(Ordering::SeqCst)
     }
 }
 
@@ -183,7 +199,7 @@ async fn a_connection_close_answer_is_not_reused() {
 }
 
 #[tokio::test]
-async fn a_connection_still_uploading_after_an_early_answer_holds_up_no_other_request() {
+async fn a_connection_answered_before_its_request_was_sent_whole_is_closed_not_reused() {
     let upstream = RawUpstream::start(Behaviour::KeepAlive).await;
     let gateway = gateway_for(&upstream.url).await;
     let (chunks, receiver) = tokio::sync::mpsc::channel::<Result<_, std::io::Error>>(1);
@@ -202,26 +218,170 @@ async fn a_connection_still_uploading_after_an_early_answer_holds_up_no_other_re
     // The upstream answers 413 after the head, while the body is still on its way.
     let (response, _) = send(post).await;
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
-
-    // That connection is busy until the upload ends, which waits for this request: were it
-    // handed this request, both would wait until the timeout below.
-    let next = gateway.url("/next");
-    let waiting = tokio::time::timeout(Duration::from_secs(10), get(&next));
-    let (response, body) = waiting.await.expect("not queued behind the upload");
-    assert_answer(&response, &body, StatusCode::OK, "ok", "");
-    assert_eq!(upstream.accepted(), 2);
-
-    // Once the upload is over, its connection is pooled again and used.
-    chunks
+    // That connection is closed as the answer ends, the upload unfinished: the upstream could
+    // take the rest of the body for a request of its own.
+    let closed = eventually(Duration::from_secs(5), || upstream.ended() == 1);
+    assert!(closed.await, "the early-answered connection stayed open");
+    let _ = chunks
         .send(Ok(http_body::Frame::data(Bytes::from_static(b"rest"))))
-        .await
-        .unwrap();
+        .await;
     drop(chunks);
+
+    // Other requests get a connection of their own, pooled and reused among them.
     for _ in 0..6 {
-        let (response, _) = get(&gateway.url("/after")).await;
-        assert_eq!(response.status(), StatusCode::OK);
+        let next = gateway.url("/next");
+        let waiting = tokio::time::timeout(Duration::from_secs(10), get(&next));
+        let (response, body) = waiting.await.expect("not queued behind the upload");
+        assert_answer(&response, &body, StatusCode::OK, "ok", "");
     }
     assert_eq!(upstream.accepted(), 2);
+}
+
+/// An attacker's login is answered 401 before its body is read, by an upstream that then
+/// takes that body for the next request: the body is a request of the attacker's, which would
+/// take the next client's request as its own body and give that client its answer.
+#[tokio::test]
+async fn an_early_answer_cannot_make_the_next_clients_request_part_of_another() {
+    let upstream = naive_upstream::NaiveUpstream::start().await;
+    let gateway = gateway_for(&upstream.url).await;
+
+    let smuggled = "GET /smuggled HTTP/1.1\r\nHost: a\r\nContent-Length: 20\r\n\r\n";
+    let mut attacker = TcpStream::connect(gateway.addr).await.unwrap();
+    let login = format!(
+        "POST /login HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n",
+        smuggled.len()
+    );
+    attacker.write_all(login.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = attacker.read(&mut buf).await.unwrap();
+        assert!(n > 0, "no answer to the login");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 401"), "{answer:?}");
+    // The body, once the answer has come (a write the gateway may refuse), and the end of
+    // what the attacker sends, so that the gateway sees the body end.
+    let _ = attacker.write_all(smuggled.as_bytes()).await;
+    let _ = attacker.shutdown().await;
+    let settled = eventually(Duration::from_secs(5), || {
+        upstream.smuggled_seen() || upstream.ended() >= 1
+    });
+    assert!(
+        settled.await,
+        "the login's connection neither carried the body nor closed"
+    );
+
+    // Clients come one after another: none may get another's answer.
+    for round in 0..10 {
+        let victim = Request::get(gateway.url("/victim"))
+            .header("cookie", "session=victim-secret")
+            .body(empty())
+            .unwrap();
+        let (response, body) = send(victim).await;
+        let expected = "GET /victim cookie=session=victim-secret body=";
+        let case = format!("client {round}'s own answer");
+        assert_answer(&response, &body, StatusCode::OK, expected, &case);
+    }
+    assert!(
+        !upstream.smuggled_seen(),
+        "the login's body reached the upstream"
+    );
+}
+
+/// Sends `request` whole (head and a small body in one write) and returns the status line of
+/// its answer.
+async fn attack_with(gateway: &TestGateway, request: &str) -> String {
+    let mut attacker = TcpStream::connect(gateway.addr).await.unwrap();
+    attacker.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = attacker.read(&mut buf).await.unwrap();
+        assert!(n > 0, "no answer to {request:?}");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    answer.lines().next().unwrap_or_default().to_string()
+}
+
+/// Clients one after another, each on a connection of its own: each must get its own answer.
+async fn each_victim_gets_its_own_answer(gateway: &TestGateway, rounds: usize) {
+    for round in 0..rounds {
+        let path = format!("/victim-{round}");
+        let victim = Request::get(gateway.url(&path))
+            .header("cookie", "session=victim-secret")
+            .body(empty())
+            .unwrap();
+        let (response, body) = send(victim).await;
+        let expected = format!("GET {path} cookie=session=victim-secret body=");
+        let case = format!("client {round}'s own answer");
+        assert_answer(&response, &body, StatusCode::OK, &expected, &case);
+    }
+}
+
+/// A body small enough to go out with its head, answered before the upstream read it (a
+/// "CL.0" path): the request it hides is answered on the connection after the early answer,
+/// at once or (`/slow`) after the next client's request was sent. Neither reaches a client.
+#[tokio::test]
+async fn a_small_body_answered_unread_cannot_give_its_hidden_requests_answer_to_the_next_client() {
+    let upstream = naive_upstream::NaiveUpstream::start().await;
+    let gateway = gateway_for(&upstream.url).await;
+    for hidden in ["/smuggled", "/slow"] {
+        let inner = format!("GET {hidden} HTTP/1.1\r\nHost: a\r\n\r\n");
+        let login = format!(
+            "POST /login HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{inner}",
+            inner.len()
+        );
+        let status = attack_with(&gateway, &login).await;
+        assert!(status.starts_with("HTTP/1.1 401"), "{status}");
+        each_victim_gets_its_own_answer(&gateway, 5).await;
+    }
+    // A 2xx to a body the upstream did not read: the hidden request's answer, sent at once,
+    // is found on the idle connection, which is then not reused.
+    let inner = "GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
+    for _ in 0..5 {
+        let status = attack_with(&gateway, &static_post(inner)).await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        // The next client comes a moment later.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        each_victim_gets_its_own_answer(&gateway, 3).await;
+    }
+}
+
+/// A POST to the path the upstream answers 200 without reading its body, whose body is `inner`.
+fn static_post(inner: &str) -> String {
+    format!(
+        "POST /static HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n\r\n{inner}",
+        inner.len()
+    )
+}
+
+/// A 2xx to a body the upstream did not read, whose hidden request is answered only after the
+/// next client's request was sent: no check of the idle connection can see it coming, so an
+/// upstream that may do this is given `reuse_after_body = false`.
+#[tokio::test]
+async fn with_reuse_after_body_off_a_slow_hidden_request_never_reaches_the_next_client() {
+    let upstream = naive_upstream::NaiveUpstream::start().await;
+    let routes = one_route_config(
+        std::slice::from_ref(&upstream.url),
+        "reuse_after_body = false",
+    );
+    let gateway = TestGateway::start(&routes).await;
+    let inner = "GET /slow HTTP/1.1\r\nHost: a\r\n\r\n";
+    for _ in 0..3 {
+        let status = attack_with(&gateway, &static_post(inner)).await;
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        each_victim_gets_its_own_answer(&gateway, 3).await;
+    }
+    // Bodiless requests still share connections.
+    let before = upstream.accepted();
+    each_victim_gets_its_own_answer(&gateway, 5).await;
+    assert!(
+        upstream.accepted() <= before + 1,
+        "{before} then {}",
+        upstream.accepted()
+    );
 }
 
 #[tokio::test]

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use super::problems::echo;
+
 /// Parses `"250ms"`, `"10s"`, `"1m"`, `"1h"` or `"1d"`; the error says what was expected.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -12,7 +14,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = text.split_at(digits_end);
     let expected = || {
         format!(
-            "expected a duration like \"250ms\", \"10s\", \"1m\", \"1h\" or \"1d\", got {text:?}"
+            "expected a duration like \"250ms\", \"10s\", \"1m\", \"1h\" or \"1d\", got {}",
+            echo(text)
         )
     };
     let amount: u64 = number.parse().map_err(|_| expected())?;
@@ -27,13 +30,17 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     amount
         .checked_mul(millis_per_unit)
         .map(Duration::from_millis)
-        .ok_or_else(|| format!("duration {text:?} is too large"))
+        .ok_or_else(|| format!("duration {} is too large", echo(text)))
 }
 
 /// Parses a rate such as `"200/s"`, `"100/m"` or `"5000/h"` into (count, period).
 pub fn parse_rate(text: &str) -> Result<(u64, Duration), String> {
-    let expected =
-        || format!("expected a rate like \"200/s\", \"100/m\" or \"5000/h\", got {text:?}");
+    let expected = || {
+        format!(
+            "expected a rate like \"200/s\", \"100/m\" or \"5000/h\", got {}",
+            echo(text)
+        )
+    };
     let (count, unit) = text.trim().split_once('/').ok_or_else(expected)?;
     let count: u64 = count.trim().parse().map_err(|_| expected())?;
     let per = match unit.trim() {
@@ -44,7 +51,7 @@ pub fn parse_rate(text: &str) -> Result<(u64, Duration), String> {
         _ => return Err(expected()),
     };
     if count == 0 {
-        return Err(format!("expected a rate above zero, got {text:?}"));
+        return Err(format!("expected a rate above zero, got {}", echo(text)));
     }
     Ok((count, per))
 }

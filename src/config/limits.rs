@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::network::IpLists;
+use super::problems::{Problems, echo};
 use super::raw::{RawLimit, RawPlans, RawRate, RawResponse, RawRoute, RawStore};
-use super::validate::Problems;
 use super::{RedisConfig, ResponseStyle, StoreConfig, parse_duration};
 use crate::limit::key::{KeyPart, Missing};
 use crate::limit::rules::{LimitRule, OnError, Plans, Tier, Window};
@@ -40,7 +40,10 @@ pub(super) fn store(
         Some(other) => {
             problems.push(
                 "store.backend",
-                format!("expected \"memory\", \"redis\" or \"redis-cluster\", got {other:?}"),
+                format!(
+                    "expected \"memory\", \"redis\" or \"redis-cluster\", got {}",
+                    echo(other)
+                ),
             );
             None
         }
@@ -244,7 +247,10 @@ fn on_error(text: &str, path: &str, problems: &mut Problems) -> OnError {
         other => {
             problems.push(
                 path,
-                format!("expected \"allow\", \"deny\" or \"local\", got {other:?}"),
+                format!(
+                    "expected \"allow\", \"deny\" or \"local\", got {}",
+                    echo(other)
+                ),
             );
             OnError::Allow
         }
@@ -263,7 +269,7 @@ pub(super) fn response(raw: Option<&RawResponse>, problems: &mut Problems) -> Re
                 "ietf" => style.ietf = true,
                 other => problems.push(
                     format!("response.headers[{i}]"),
-                    format!("expected \"x-ratelimit\" or \"ietf\", got {other:?}"),
+                    format!("expected \"x-ratelimit\" or \"ietf\", got {}", echo(other)),
                 ),
             }
         }
@@ -272,7 +278,7 @@ pub(super) fn response(raw: Option<&RawResponse>, problems: &mut Problems) -> Re
         if problem_type.parse::<http::Uri>().is_err() || problem_type.is_empty() {
             problems.push(
                 "response.problem_type",
-                format!("expected a URI, got {problem_type:?}"),
+                format!("expected a URI, got {}", echo(problem_type)),
             );
         }
         style.problem_type = Arc::from(problem_type.as_str());
@@ -314,7 +320,7 @@ fn limit(
         Some("fixed_window") => Algorithm::FixedWindow,
         Some("sliding_log") => Algorithm::SlidingLog,
         Some(other) => {
-            problems.push(format!("{path}.algorithm"), format!("expected token_bucket, gcra, sliding_window, fixed_window or sliding_log, got {other:?}"));
+            problems.push(format!("{path}.algorithm"), format!("expected token_bucket, gcra, sliding_window, fixed_window or sliding_log, got {}", echo(other)));
             Algorithm::TokenBucket
         }
     };
@@ -323,8 +329,8 @@ fn limit(
             format!("{path}.name"),
             format!(
                 "expected printable ASCII without '\"' or '\\' (the name is quoted in the \
-                 RateLimit headers), got {:?}",
-                raw.name
+                 RateLimit headers), got {}",
+                echo(&raw.name)
             ),
         );
     }
@@ -347,7 +353,7 @@ fn limit(
         Some(other) => {
             problems.push(
                 format!("{path}.missing"),
-                format!("expected \"ip\", \"skip\" or \"deny\", got {other:?}"),
+                format!("expected \"ip\", \"skip\" or \"deny\", got {}", echo(other)),
             );
             Missing::Ip
         }
@@ -432,7 +438,7 @@ fn max_delay(
         Some(other) => {
             problems.push(
                 format!("{path}.action"),
-                format!("expected \"reject\" or \"delay\", got {other:?}"),
+                format!("expected \"reject\" or \"delay\", got {}", echo(other)),
             );
             Duration::ZERO
         }

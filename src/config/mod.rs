@@ -6,9 +6,12 @@ mod document;
 mod duration;
 mod limits;
 mod network;
+mod problems;
 mod raw;
 mod requests;
+mod server;
 mod tls;
+mod upstreams;
 mod validate;
 
 use std::fmt;
@@ -29,6 +32,7 @@ use http::uri::{Authority, Scheme};
 
 pub use duration::{parse_duration, parse_rate};
 pub use network::{IpLists, parse_cidr};
+pub use problems::MAX_PROBLEMS;
 pub use tls::TlsListenerConfig;
 
 /// A validated configuration, ready to serve.
@@ -63,6 +67,14 @@ pub struct ServerConfig {
     pub listen: Vec<SocketAddr>,
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
+    /// Longest wait for the next bytes of a request body the gateway asked for.
+    pub body_read_timeout: Duration,
+    /// Longest a response may make no progress towards a client that is not reading it.
+    pub send_timeout: Duration,
+    /// An upgraded tunnel with no bytes either way this long is closed.
+    pub tunnel_idle_timeout: Duration,
+    /// `send_timeout` for an upgraded tunnel.
+    pub tunnel_send_timeout: Duration,
     pub max_connections: usize,
     pub max_header_bytes: usize,
     pub shutdown_grace: Duration,
@@ -89,6 +101,10 @@ pub struct UpstreamConfig {
     pub balance: Balance,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// Longest wait for the next bytes of a response body once its head arrived.
+    pub read_timeout: Duration,
+    /// Whether a connection that carried a request body answered with a 2xx may be reused.
+    pub reuse_after_body: bool,
     /// How long a server that refused a connection is left out before it is tried again.
     pub ejection_time: Duration,
     pub health_check: Option<HealthCheck>,
@@ -109,7 +125,7 @@ impl fmt::Display for UpstreamServer {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HealthCheck {
     pub path: String,
     pub interval: Duration,
@@ -218,18 +234,27 @@ pub enum ConfigError {
         path: String,
         message: String,
     },
-    #[error("{}", render_problems(file, problems))]
+    #[error("{}", render_problems(file, problems, *omitted))]
     Invalid {
         file: String,
+        /// The first `MAX_PROBLEMS` found.
         problems: Vec<Problem>,
+        /// How many more were found.
+        omitted: usize,
     },
 }
 
-fn render_problems(file: &str, problems: &[Problem]) -> String {
-    let lines: Vec<String> = problems
+fn render_problems(file: &str, problems: &[Problem], omitted: usize) -> String {
+    let mut lines: Vec<String> = problems
         .iter()
         .map(|p| format!("{file}: {}: {}", p.path, p.message))
         .collect();
+    if omitted > 0 {
+        lines.push(format!(
+            "{file}: and {omitted} more problems (only the first {} are listed)",
+            problems.len()
+        ));
+    }
     lines.join("\n")
 }
 
@@ -268,8 +293,8 @@ fn parse_raw(text: &str, source: &str) -> Result<raw::RawConfig, ConfigError> {
             .span()
             .map(|span| line_and_column(text, span.start))
             .unwrap_or_default(),
-        path,
-        message: error.message().trim().to_string(),
+        path: problems::clip(&path),
+        message: problems::clip(error.message().trim()),
     };
     let deserializer =
         toml::Deserializer::parse(text).map_err(|e| syntax_error("(top)".into(), &e))?;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use ipnet::IpNet;
 
 use super::duration::parse_rate;
+use super::problems::{Problems, echo};
 use super::raw::{RawClientIp, RawEdge, RawEdgeOverride};
-use super::validate::Problems;
 use crate::client_ip::{ClientIpPolicy, ForwardHeader};
 use crate::edge::{EdgeOverride, EdgePolicy};
 use crate::ip_set::IpSet;
@@ -49,7 +49,8 @@ pub(super) fn client_ip(raw: Option<&RawClientIp>, problems: &mut Problems) -> C
             problems.push(
                 "client_ip.header",
                 format!(
-                    "expected \"x-forwarded-for\", \"forwarded\" or \"x-real-ip\", got {other:?}"
+                    "expected \"x-forwarded-for\", \"forwarded\" or \"x-real-ip\", got {}",
+                    echo(other)
                 ),
             );
             ForwardHeader::XForwardedFor
@@ -75,7 +76,10 @@ pub fn parse_cidr(text: &str) -> Result<IpNet, String> {
         .map(|net| net.trunc())
         .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
         .map_err(|_| {
-            format!("expected a CIDR such as \"198.51.100.0/24\" or an address, got {text:?}")
+            format!(
+                "expected a CIDR such as \"198.51.100.0/24\" or an address, got {}",
+                echo(text)
+            )
         })
 }
 

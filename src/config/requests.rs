@@ -4,8 +4,8 @@
 
 use http::Method;
 
+use super::problems::{Problems, echo};
 use super::raw::{RawRoute, RawServer};
-use super::validate::Problems;
 use crate::canonical::Underscores;
 use crate::canonical::path::{self, EscapedSlashes};
 use crate::limit::key::KeyPart;
@@ -19,7 +19,10 @@ pub(super) fn underscores(raw: &RawServer, problems: &mut Problems) -> Underscor
         Some(other) => {
             problems.push(
                 "server.underscores_in_headers",
-                format!("expected \"drop\", \"allow\" or \"reject\", got {other:?}"),
+                format!(
+                    "expected \"drop\", \"allow\" or \"reject\", got {}",
+                    echo(other)
+                ),
             );
             Underscores::Drop
         }
@@ -33,7 +36,7 @@ pub(super) fn escaped_slashes(raw: &RawServer, problems: &mut Problems) -> Escap
         Some(other) => {
             problems.push(
                 "server.escaped_slashes",
-                format!("expected \"keep\" or \"reject\", got {other:?}"),
+                format!("expected \"keep\" or \"reject\", got {}", echo(other)),
             );
             EscapedSlashes::Keep
         }
@@ -47,18 +50,26 @@ pub(super) fn path_prefix(raw: &RawRoute, path: &str, problems: &mut Problems) -
     match path::normalize(&prefix, EscapedSlashes::Keep) {
         Ok(None) if prefix.contains(';') => problems.push(
             key,
-            format!("expected a path without `;` parameters, which routes do not match, got {prefix:?}"),
+            format!(
+                "expected a path without `;` parameters, which routes do not match, got {}",
+                echo(&prefix)
+            ),
         ),
         Ok(None) => {}
         Ok(Some(canonical)) => problems.push(
             key,
             format!(
-                "expected a path in the canonical form requests are matched in, got {prefix:?}; write {canonical:?}"
+                "expected a path in the canonical form requests are matched in, got {}; write {}",
+                echo(&prefix),
+                echo(&canonical)
             ),
         ),
         Err(error) => problems.push(
             key,
-            format!("expected a path such as \"/v1/\", got {prefix:?}: {error}"),
+            format!(
+                "expected a path such as \"/v1/\", got {}: {error}",
+                echo(&prefix)
+            ),
         ),
     }
     prefix
@@ -91,7 +102,7 @@ pub(super) fn methods(texts: &[String], path: &str, problems: &mut Problems) -> 
                 _ => {
                     problems.push(
                         format!("{path}[{i}]"),
-                        format!("expected an HTTP method such as \"GET\" (letters, `_` and `-`), got {text:?}"),
+                        format!("expected an HTTP method such as \"GET\" (letters, `_` and `-`), got {}", echo(text)),
                     );
                     None
                 }
@@ -124,7 +135,7 @@ pub(super) fn upgrades(raw: &RawRoute, path: &str, problems: &mut Problems) -> V
                 problems.push(key, "h2c is never passed as an upgrade: its connection would carry HTTP/2 requests past every limit");
                 None
             } else if !is_token(text) {
-                problems.push(key, format!("expected a protocol name such as \"websocket\", got {text:?}"));
+                problems.push(key, format!("expected a protocol name such as \"websocket\", got {}", echo(text)));
                 None
             } else {
                 Some(text.to_ascii_lowercase())

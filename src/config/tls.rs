@@ -6,8 +6,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::problems::{Problems, echo};
 use super::raw::{RawTlsListener, RawUpstream};
-use super::validate::Problems;
 use crate::tls::server::{CertResolver, TlsVersion};
 use crate::tls::upstream::UpstreamTls;
 use crate::tls::{CertFiles, load_cert, read_certs};
@@ -46,8 +46,8 @@ fn listener(
             problems.push(
                 format!("{path}.listen"),
                 format!(
-                    "expected IP:port such as \"0.0.0.0:8443\", got {:?}",
-                    raw.listen
+                    "expected IP:port such as \"0.0.0.0:8443\", got {}",
+                    echo(&raw.listen)
                 ),
             )
         })
@@ -82,7 +82,7 @@ fn listener(
         Some(other) => {
             problems.push(
                 format!("{path}.min_version"),
-                format!("expected \"1.2\" or \"1.3\", got {other:?}"),
+                format!("expected \"1.2\" or \"1.3\", got {}", echo(other)),
             );
             TlsVersion::V1_2
         }
@@ -118,7 +118,7 @@ pub(super) fn upstream_tls(
             .map_err(|_| {
                 problems.push(
                     format!("{path}.sni"),
-                    format!("expected a host name, got {name:?}"),
+                    format!("expected a host name, got {}", echo(name)),
                 )
             })
             .ok()

@@ -3,8 +3,10 @@
 //!
 //! A request takes an idle connection that is still open (or makes one) and speaks HTTP/1.1 on
 //! it in its own task (`http1`); its response body hands the connection back once read to the
-//! end. A body dropped halfway, a failed exchange, a response the upstream ended by closing,
-//! or a 101 answer does not, and that connection closes. A bodiless idempotent request whose
+//! end, when the request was sent whole before the response began. A body dropped halfway, a
+//! failed exchange, an early answer (the upstream may take the rest of that request for the
+//! next one), a response the upstream ended by closing, or a 101 answer does not, and that
+//! connection closes. A bodiless idempotent request whose
 //! pooled connection turns out to have been closed by the upstream goes again on the next one.
 
 use std::collections::VecDeque;
@@ -25,7 +27,9 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::headers::SetFields;
-use super::http1::{Connection, ExchangeError, Framing, ResponseHead, Stream, Upgraded};
+use super::http1::{
+    Connection, ExchangeDeadlines, ExchangeError, Framing, ResponseHead, Stream, Upgraded,
+};
 use super::upstream::{UpstreamBody, UpstreamHead, UpstreamPool};
 use crate::upstream_fields::UpstreamFields;
 
@@ -62,6 +66,11 @@ pub struct Connections {
     connector: HttpsConnector<HttpConnector>,
     idle: Box<[Arc<IdleList>]>,
     workers: usize,
+    /// What every connection's exchanges keep.
+    deadlines: ExchangeDeadlines,
+    /// `[[upstreams]] reuse_after_body`: false closes every connection that carried a request
+    /// body, for upstreams that may answer without reading one.
+    pub reuse_after_body: bool,
 }
 
 /// One server's idle connections, the most recently used last.
@@ -78,12 +87,15 @@ impl Connections {
         connector: HttpsConnector<HttpConnector>,
         servers: usize,
         workers: usize,
+        deadlines: ExchangeDeadlines,
     ) -> Connections {
         let workers = workers.max(1);
         Connections {
             connector,
             idle: (0..servers * workers).map(|_| Arc::default()).collect(),
             workers,
+            deadlines,
+            reuse_after_body: true,
         }
     }
 
@@ -104,10 +116,12 @@ impl Connections {
         set: SetFields,
         deadline: tokio::time::Instant,
     ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> {
-        let idle = self.idle_list(server);
+        let pool = self.idle_list(server);
         let replayable = may_send_again(&head.method, &body, set.upgrade.is_some());
+        let reusable = self.reuse_after_body || body.is_end_stream();
+        let idle = reusable.then_some(pool);
         async move {
-            while let Some(mut connection) = idle.take_open() {
+            while let Some(mut connection) = pool.take_open() {
                 match connection.exchange(&head, &set, body, deadline).await {
                     Ok(answer) => return Ok(pooled(answer, connection, idle)),
                     Err(error) if replayable && error.is_close_before_answer() => {
@@ -141,7 +155,18 @@ impl Connections {
             MaybeHttpsStream::Https(tls) => Stream::Tls(Box::new(tls.into_inner())),
         };
         // Boxed once for its life: requests and bodies then move a pointer, not the buffers.
-        Ok(Box::new(Connection::new(stream)))
+        Ok(Box::new(Connection::new(stream, self.deadlines.clone())))
+    }
+
+    /// Shares the idle lists of `previous`'s server `at` as those of `server`: a reload's pool
+    /// goes on with the warm connections of the one before, and the old runtime's last
+    /// responses give theirs back where the new one finds them. Both must have as many workers.
+    pub fn adopt_idle(&mut self, server: usize, previous: &Connections, at: usize) {
+        if self.workers != previous.workers {
+            return;
+        }
+        let lists = &previous.idle[at * self.workers..(at + 1) * self.workers];
+        self.idle[server * self.workers..(server + 1) * self.workers].clone_from_slice(lists);
     }
 
     /// Closes the connections idle for longer than `IDLE_TIMEOUT`.
@@ -230,10 +255,11 @@ impl IdleList {
 
 /// Wraps a response so that its connection returns to the pool after the body; a response
 /// without a body gives it back at once.
+/// `idle` is `None` when the connection must not be reused whatever the answer.
 fn pooled(
     head: ResponseHead,
     connection: Box<Connection>,
-    idle: &Arc<IdleList>,
+    idle: Option<&Arc<IdleList>>,
 ) -> Response<PooledBody> {
     let ResponseHead {
         response,
@@ -245,7 +271,7 @@ fn pooled(
         connection: Some(connection),
         fields,
         framing,
-        idle: keep_alive.then(|| idle.clone()),
+        idle: idle.filter(|_| keep_alive).cloned(),
     };
     if body.framing == Framing::Done {
         body.finish();
@@ -282,26 +308,17 @@ impl PooledBody {
             .map(|connection| connection.into_upgraded())
     }
 
-    /// Pools the connection once the request body is sent too: at once, or from a small task
-    /// when the upstream answered before the whole body arrived, so no request waits on it.
+    /// Pools the connection after a clean exchange; closes it otherwise. A request still
+    /// being sent is not finished first: an upstream that answered before reading it may take
+    /// its rest for a request of its own, and the next client's request behind it would be
+    /// that request's body (and get its answer).
     fn finish(&mut self) {
-        let (Some(mut connection), Some(idle)) = (self.connection.take(), self.idle.take()) else {
+        let (Some(connection), Some(idle)) = (self.connection.take(), self.idle.take()) else {
             return;
         };
         if connection.is_idle() {
-            return idle.push(connection);
+            idle.push(connection);
         }
-        if !connection.is_uploading() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        runtime.spawn(async move {
-            if std::future::poll_fn(|cx| connection.poll_finish_upload(cx)).await {
-                idle.push(connection);
-            }
-        });
     }
 }
 
@@ -341,68 +358,4 @@ impl Body for PooledBody {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Balance;
-    use crate::proxy::upstream::tests::config;
-    use http_body_util::{BodyExt, Either, Empty};
-
-    async fn pool_for_echo() -> UpstreamPool {
-        let address = crate::echo::spawn("127.0.0.1:0".parse().unwrap())
-            .await
-            .unwrap();
-        let config = config(&[address.to_string()], Balance::RoundRobin);
-        UpstreamPool::new(&config, 2).unwrap()
-    }
-
-    async fn exchange(pool: &UpstreamPool) {
-        let head = UpstreamHead::get("/");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        let request = (head, Either::Right(Empty::new()));
-        let response = pool.send(0, request, SetFields::default(), deadline).await;
-        let body = response.unwrap().into_body().collect().await.unwrap();
-        assert!(!body.to_bytes().is_empty());
-    }
-
-    /// One exchange, whose connection is pooled as its body ends.
-    async fn one_pooled_connection(pool: &UpstreamPool) {
-        exchange(pool).await;
-        assert_eq!(pool.connections.idle_count(0), 1);
-    }
-
-    #[tokio::test]
-    async fn idle_connections_close_after_the_idle_timeout_and_not_before() {
-        let pool = pool_for_echo().await;
-        one_pooled_connection(&pool).await;
-        let pooled_at = Instant::now();
-        pool.connections.close_expired(pooled_at + IDLE_TIMEOUT / 2);
-        assert_eq!(pool.connections.idle_count(0), 1);
-        pool.connections
-            .close_expired(pooled_at + IDLE_TIMEOUT + Duration::from_secs(1));
-        assert_eq!(pool.connections.idle_count(0), 0);
-        // The next request simply opens a new connection.
-        exchange(&pool).await;
-    }
-
-    #[tokio::test]
-    async fn the_background_sweep_closes_idle_connections_when_no_request_comes() {
-        let pool = Arc::new(pool_for_echo().await);
-        one_pooled_connection(&pool).await;
-        tokio::time::pause();
-        let stop = CancellationToken::new();
-        tokio::spawn(close_expired_until(vec![pool.clone()], stop.clone()));
-        let sweeps_after = |ticks: u32| async move {
-            for _ in 0..ticks {
-                tokio::time::advance(IDLE_TIMEOUT / 4).await;
-                for _ in 0..10 {
-                    tokio::task::yield_now().await;
-                }
-            }
-        };
-        sweeps_after(3).await; // 67.5 s idle
-        assert_eq!(pool.connections.idle_count(0), 1);
-        sweeps_after(2).await; // 112.5 s idle
-        assert_eq!(pool.connections.idle_count(0), 0);
-        stop.cancel();
-    }
-}
+mod tests;

@@ -11,13 +11,14 @@ use futures_util::future::Either as FutureEither;
 use http::{Response, StatusCode};
 use http_body_util::{Either, Empty};
 use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
 
 use super::connections::{PooledBody, SendError, may_send_again};
 use super::headers::{self, Forwarded, SetFields};
-use super::http1::{ExchangeError, Upgraded};
+use super::http1::ExchangeError;
+use super::tunnel::tunnel;
 use super::upstream::{UpstreamBody, UpstreamHead, UpstreamPool};
 use crate::canonical::{Host, Request, Upgrade, allowed_upgrade};
+use crate::metrics::Deadline;
 use crate::respond::{GatewayError, ResponseBody};
 
 /// Forwards `request` to a server of `pool`, asked at `sent_at` (its first response
@@ -135,7 +136,9 @@ where
                 other => break other,
             }
         };
-        Poll::Ready(result.map(|response| client_response(response, this.client_upgrade.take())))
+        let upgrade = this.client_upgrade.take();
+        let pool: &UpstreamPool = this.pool;
+        Poll::Ready(result.map(|response| client_response(response, upgrade, pool)))
     }
 }
 
@@ -153,16 +156,20 @@ fn send(
     pool.send(server, request, set, deadline)
         .map(move |result| {
             drop(in_flight);
+            let counters = &pool.client_deadlines.counters;
             let target = &pool.servers[server];
             let upstream = || pool.name.clone();
             let label = || target.label.clone();
             match result {
                 Ok(response) => Ok(response),
-                Err(SendError::Timeout) => Err(GatewayError::UpstreamTimeout {
-                    upstream: upstream(),
-                    server: label(),
-                    after: pool.response_timeout,
-                }),
+                Err(SendError::Timeout) => {
+                    counters.count(Deadline::UpstreamResponse);
+                    Err(GatewayError::UpstreamTimeout {
+                        upstream: upstream(),
+                        server: label(),
+                        after: pool.response_timeout,
+                    })
+                }
                 Err(SendError::Connect(source)) => {
                     pool.eject(server);
                     if let Some(tls) = tls_error(source.as_ref()) {
@@ -172,6 +179,7 @@ fn send(
                             reason: tls.to_string(),
                         })
                     } else if is_timeout(source.as_ref()) {
+                        counters.count(Deadline::UpstreamConnect);
                         Err(GatewayError::UpstreamConnectTimeout {
                             upstream: upstream(),
                             server: label(),
@@ -188,6 +196,9 @@ fn send(
                 Err(SendError::Exchange(ExchangeError::ClientBody(source))) => {
                     Err(GatewayError::BadRequestBody(source))
                 }
+                Err(SendError::Exchange(ExchangeError::ClientBodyTimedOut(after))) => {
+                    Err(GatewayError::RequestBodyTimeout { after })
+                }
                 Err(SendError::Exchange(source)) => Err(GatewayError::UpstreamFailed {
                     upstream: upstream(),
                     server: label(),
@@ -202,29 +213,16 @@ fn send(
 fn client_response(
     mut response: Response<PooledBody>,
     client_upgrade: Option<OnUpgrade>,
+    pool: &UpstreamPool,
 ) -> Response<ResponseBody> {
     if let Some(client) = client_upgrade
         && response.status() == StatusCode::SWITCHING_PROTOCOLS
         && let Some(upstream) = response.body_mut().take_upgraded()
     {
-        tokio::spawn(tunnel(client, upstream));
+        let deadlines = pool.client_deadlines.clone();
+        tokio::spawn(tunnel(client, upstream, deadlines));
     }
     response.map(ResponseBody::upstream)
-}
-
-/// Copies bytes both ways between the upgraded client and upstream connections.
-async fn tunnel(client: OnUpgrade, mut upstream: Upgraded) {
-    let mut client = match client.await {
-        Ok(client) => TokioIo::new(client),
-        Err(error) => {
-            tracing::debug!(%error, "upgrade did not complete");
-            return;
-        }
-    };
-    match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-        Ok((sent, received)) => tracing::debug!(sent, received, "upgraded connection closed"),
-        Err(error) => tracing::debug!(%error, "upgraded connection failed"),
-    }
 }
 
 fn no_healthy_server(pool: &UpstreamPool) -> GatewayError {

@@ -10,6 +10,7 @@ pub mod headers;
 mod health;
 pub mod http1;
 pub mod request;
+mod tunnel;
 pub mod upstream;
 
 use std::net::{IpAddr, SocketAddr};
@@ -38,7 +39,7 @@ use admit::Admission;
 use headers::Forwarded;
 use prometheus_client::metrics::histogram::Histogram;
 use request::ProxyRequest;
-use upstream::UpstreamPool;
+use upstream::{ClientDeadlines, UpstreamPool};
 
 /// Everything a request needs, built once from a validated config.
 pub struct Runtime {
@@ -70,8 +71,9 @@ impl Runtime {
     }
 
     /// The runtime of a reloaded config: it keeps the limit state of `previous` (limits whose
-    /// rates changed get fresh identities), its edge buckets when `[edge]` is unchanged, and its
-    /// clock.
+    /// rates changed get fresh identities), its edge buckets when `[edge]` is unchanged, its
+    /// clock, and what its pools know of servers whose definition is unchanged (health, idle
+    /// connections; see `UpstreamPool::succeeding`).
     pub fn succeeding(config: &Config, previous: &Runtime) -> Result<Runtime, rustls::Error> {
         Runtime::build(
             config,
@@ -87,10 +89,16 @@ impl Runtime {
         metrics: Arc<Metrics>,
         previous: Option<&Runtime>,
     ) -> Result<Runtime, rustls::Error> {
+        let client_deadlines = ClientDeadlines::new(&config.server, metrics.timeouts.clone());
         let upstreams: Result<Vec<_>, _> = config
             .upstreams
             .iter()
-            .map(|u| UpstreamPool::new(u, config.server.workers).map(Arc::new))
+            .map(|u| {
+                let before = previous.and_then(|p| p.upstreams.iter().find(|b| b.name == u.name));
+                let deadlines = client_deadlines.clone();
+                UpstreamPool::succeeding(u, deadlines, config.server.workers, before.map(|b| &**b))
+                    .map(Arc::new)
+            })
             .collect();
         let stores = stores(config, previous.map(|p| p.limiter.stores()));
         let limiter = Limiter::new(

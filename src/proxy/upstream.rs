@@ -1,9 +1,11 @@
 //! Upstream pools: the servers of one `[[upstreams]]` entry, which of them may take traffic,
 //! and how the next one is picked. A server is available when active health checks have not
-//! marked it down and it is not ejected for a refused connection.
+//! marked it down and it is not ejected for a refused connection. A reload hands what a pool
+//! knows of a server (health, idle connections) to the next pool while its definition holds.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::PathAndQuery;
@@ -14,10 +16,13 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::connections::{Connections, PooledBody, SendError};
 use super::headers::SetFields;
+use super::health::ServerHealth;
+use super::http1::ExchangeDeadlines;
 use crate::canonical::ClientBody;
-use crate::config::{Balance, HealthCheck, UpstreamConfig, UpstreamServer};
+use crate::config::{Balance, HealthCheck, ServerConfig, UpstreamConfig, UpstreamServer};
+use crate::metrics::TimeoutCounters;
 use crate::request_fields::RequestFields;
-use crate::tls::upstream::client_config;
+use crate::tls::upstream::{UpstreamTls, client_config};
 
 /// Body sent upstream: the client's streamed body, or nothing (retries, health checks, and
 /// the bodiless requests the gateway's own HTTP/1.1 server reads).
@@ -56,10 +61,30 @@ pub struct ServerState {
     /// The Host header for a request that came without one (HTTP/1.0).
     pub host: Bytes,
     in_flight: AtomicUsize,
-    passes_checks: AtomicBool,
-    check_streak: AtomicU32,
-    /// Milliseconds since the pool's epoch until which the server is left out.
-    ejected_until_ms: AtomicU64,
+    /// Shared with the pools of the runtimes before and after this one while the server's
+    /// definition holds.
+    pub health: Arc<ServerHealth>,
+}
+
+/// The `[server]` deadlines on the client's side of what a pool carries (its request bodies
+/// and upgraded tunnels), and where timeouts are counted.
+#[derive(Clone, Default)]
+pub struct ClientDeadlines {
+    pub body_read: Duration,
+    pub tunnel_idle: Duration,
+    pub tunnel_send: Duration,
+    pub counters: TimeoutCounters,
+}
+
+impl ClientDeadlines {
+    pub fn new(server: &ServerConfig, counters: TimeoutCounters) -> ClientDeadlines {
+        ClientDeadlines {
+            body_read: server.body_read_timeout,
+            tunnel_idle: server.tunnel_idle_timeout,
+            tunnel_send: server.tunnel_send_timeout,
+            counters,
+        }
+    }
 }
 
 /// The servers of one upstream with their pooled keep-alive connections.
@@ -69,43 +94,117 @@ pub struct UpstreamPool {
     pub connections: Connections,
     pub response_timeout: Duration,
     pub connect_timeout: Duration,
+    pub client_deadlines: ClientDeadlines,
     pub health_check: Option<HealthCheck>,
     balance: Balance,
     ejection_time: Duration,
     next: AtomicUsize,
-    epoch: Instant,
+    health_terms: HealthTerms,
+    connection_terms: ConnectionTerms,
+}
+
+/// Besides its address, what decides whether a server passes checks or gets ejected: while
+/// these stay the same, what was learned of its health still holds.
+#[derive(Debug, PartialEq)]
+struct HealthTerms {
+    health_check: Option<HealthCheck>,
+    ejection_time: Duration,
+    connect_timeout: Duration,
+    tls: UpstreamTls,
+}
+
+/// Besides its address, what a connection to a server was made and keeps being used with: while
+/// these stay the same, its idle connections serve the next pool as well as they did this one.
+#[derive(Debug, PartialEq)]
+struct ConnectionTerms {
+    tls: UpstreamTls,
+    read_timeout: Duration,
+    body_read_timeout: Duration,
+    workers: usize,
 }
 
 impl UpstreamPool {
     /// A pool for `workers` serving threads (see `crate::worker`).
-    pub fn new(config: &UpstreamConfig, workers: usize) -> Result<UpstreamPool, rustls::Error> {
-        let connections = Connections::new(connector(config)?, config.servers.len(), workers);
-        let servers = config
-            .servers
-            .iter()
-            .map(|server| ServerState {
+    pub fn new(
+        config: &UpstreamConfig,
+        client_deadlines: ClientDeadlines,
+        workers: usize,
+    ) -> Result<UpstreamPool, rustls::Error> {
+        UpstreamPool::succeeding(config, client_deadlines, workers, None)
+    }
+
+    /// The pool of a reloaded config, after `previous` (the upstream of the same name). A
+    /// server whose address and terms are unchanged keeps its health record, shared rather than
+    /// copied, so what the old runtime's last requests and checks learn still counts, and
+    /// keeps its idle connections. Any other server starts afresh.
+    pub fn succeeding(
+        config: &UpstreamConfig,
+        client_deadlines: ClientDeadlines,
+        workers: usize,
+        previous: Option<&UpstreamPool>,
+    ) -> Result<UpstreamPool, rustls::Error> {
+        let deadlines = ExchangeDeadlines {
+            read_timeout: config.read_timeout,
+            body_read_timeout: client_deadlines.body_read,
+            counters: client_deadlines.counters.clone(),
+        };
+        let health_terms = HealthTerms {
+            health_check: config.health_check.clone(),
+            ejection_time: config.ejection_time,
+            connect_timeout: config.connect_timeout,
+            tls: config.tls.clone(),
+        };
+        let connection_terms = ConnectionTerms {
+            tls: config.tls.clone(),
+            read_timeout: config.read_timeout,
+            body_read_timeout: client_deadlines.body_read,
+            workers,
+        };
+        let count = config.servers.len();
+        let mut connections = Connections::new(connector(config)?, count, workers, deadlines);
+        connections.reuse_after_body = config.reuse_after_body;
+        let mut servers = Vec::with_capacity(count);
+        for (index, server) in config.servers.iter().enumerate() {
+            let before = previous.and_then(|pool| Some((pool, pool.position(server)?)));
+            let health = match before {
+                Some((pool, at)) if pool.health_terms == health_terms => {
+                    pool.servers[at].health.clone()
+                }
+                _ => Arc::default(),
+            };
+            if let Some((pool, at)) = before
+                && pool.connection_terms == connection_terms
+            {
+                connections.adopt_idle(index, &pool.connections, at);
+            }
+            servers.push(ServerState {
                 label: server.to_string(),
                 address: address(server),
                 host: Bytes::copy_from_slice(server.authority.as_str().as_bytes()),
                 server: server.clone(),
                 in_flight: AtomicUsize::new(0),
-                passes_checks: AtomicBool::new(true),
-                check_streak: AtomicU32::new(0),
-                ejected_until_ms: AtomicU64::new(0),
-            })
-            .collect();
+                health,
+            });
+        }
         Ok(UpstreamPool {
             name: config.name.clone(),
             servers,
             connections,
             response_timeout: config.response_timeout,
             connect_timeout: config.connect_timeout,
+            client_deadlines,
             health_check: config.health_check.clone(),
             balance: config.balance,
             ejection_time: config.ejection_time,
             next: AtomicUsize::new(0),
-            epoch: Instant::now(),
+            health_terms,
+            connection_terms,
         })
+    }
+
+    /// Where `server` is in this pool, if it is.
+    fn position(&self, server: &UpstreamServer) -> Option<usize> {
+        self.servers.iter().position(|s| s.server == *server)
     }
 
     /// The next available server other than `exclude`, by the configured balance.
@@ -152,52 +251,19 @@ impl UpstreamPool {
 
     /// Leaves `server` out for `ejection_time` after it refused a connection.
     pub fn eject(&self, server: usize) {
-        let until = self.now_ms() + self.ejection_time.as_millis() as u64;
-        self.servers[server]
-            .ejected_until_ms
-            .store(until, Ordering::Relaxed);
+        self.servers[server].health.eject(self.ejection_time);
         tracing::warn!(upstream = %self.name, server = %self.servers[server].label,
             for_ms = self.ejection_time.as_millis() as u64, "server ejected after a connection failure");
     }
 
     /// Feeds one active health check result; returns the new verdict when it changed.
     pub fn record_check(&self, server: usize, passed: bool, check: &HealthCheck) -> Option<bool> {
-        let state = &self.servers[server];
-        let currently_up = state.passes_checks.load(Ordering::Relaxed);
-        if passed == currently_up {
-            state.check_streak.store(0, Ordering::Relaxed);
-            return None;
-        }
-        let streak = state.check_streak.fetch_add(1, Ordering::Relaxed) + 1;
-        let needed = if passed {
-            check.healthy_threshold
-        } else {
-            check.unhealthy_threshold
-        };
-        if streak < needed {
-            return None;
-        }
-        state.check_streak.store(0, Ordering::Relaxed);
-        state.passes_checks.store(passed, Ordering::Relaxed);
-        if passed {
-            // A server that passes checks again is trusted again at once.
-            state.ejected_until_ms.store(0, Ordering::Relaxed);
-        }
-        Some(passed)
+        self.servers[server].health.record_check(passed, check)
     }
 
-    /// True when `server` may take traffic now (passes checks, not ejected). The clock is
-    /// read only for a server that was ejected (0: never, or trusted again): a clock read on
-    /// every pick was ~60 instructions of every proxied request.
+    /// True when `server` may take traffic now (passes checks, not ejected).
     pub fn is_available_now(&self, server: usize) -> bool {
-        let state = &self.servers[server];
-        let ejected_until_ms = state.ejected_until_ms.load(Ordering::Relaxed);
-        state.passes_checks.load(Ordering::Relaxed)
-            && (ejected_until_ms == 0 || ejected_until_ms <= self.now_ms())
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
+        self.servers[server].health.is_available_now()
     }
 }
 
@@ -243,101 +309,4 @@ impl Drop for InFlight<'_> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// An upstream `api` of plain-HTTP servers at `authorities` (`host:port`).
-    pub(crate) fn config(authorities: &[String], balance: Balance) -> UpstreamConfig {
-        UpstreamConfig {
-            name: "api".into(),
-            servers: authorities
-                .iter()
-                .map(|authority| UpstreamServer {
-                    scheme: http::uri::Scheme::HTTP,
-                    authority: authority.parse().unwrap(),
-                })
-                .collect(),
-            balance,
-            connect_timeout: Duration::from_secs(1),
-            response_timeout: Duration::from_secs(1),
-            ejection_time: Duration::from_secs(60),
-            health_check: None,
-            tls: Default::default(),
-        }
-    }
-
-    fn pool(servers: usize, balance: Balance) -> UpstreamPool {
-        let authorities: Vec<_> = (0..servers)
-            .map(|i| format!("127.0.0.1:{}", 9000 + i))
-            .collect();
-        UpstreamPool::new(&config(&authorities, balance), 1).unwrap()
-    }
-
-    fn check() -> HealthCheck {
-        HealthCheck {
-            path: "/".into(),
-            interval: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-            healthy_threshold: 2,
-            unhealthy_threshold: 3,
-        }
-    }
-
-    #[tokio::test]
-    async fn round_robin_visits_every_server_in_turn() {
-        let pool = pool(3, Balance::RoundRobin);
-        let picks: Vec<_> = (0..6).map(|_| pool.pick(None).unwrap()).collect();
-        assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
-    }
-
-    #[tokio::test]
-    async fn ejected_and_excluded_servers_are_skipped() {
-        let pool = pool(3, Balance::RoundRobin);
-        pool.eject(1);
-        assert!((0..10).all(|_| pool.pick(None) != Some(1)));
-        assert!((0..10).all(|_| pool.pick(Some(0)) == Some(2)));
-        pool.eject(0);
-        pool.eject(2);
-        assert_eq!(pool.pick(None), None);
-    }
-
-    #[tokio::test]
-    async fn an_ejected_server_takes_traffic_again_after_the_ejection_time() {
-        let authorities = ["127.0.0.1:9000".to_string()];
-        let config = UpstreamConfig {
-            ejection_time: Duration::from_millis(500),
-            ..config(&authorities, Balance::RoundRobin)
-        };
-        let pool = UpstreamPool::new(&config, 1).unwrap();
-        assert_eq!(pool.pick(None), Some(0));
-        pool.eject(0);
-        assert_eq!(pool.pick(None), None);
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        assert_eq!(pool.pick(None), Some(0));
-    }
-
-    #[tokio::test]
-    async fn least_requests_prefers_the_idle_server() {
-        let pool = pool(2, Balance::LeastRequests);
-        let _busy = pool.begin(0);
-        assert!((0..10).all(|_| pool.pick(None) == Some(1)));
-        drop(_busy);
-        let picks: Vec<_> = (0..4).map(|_| pool.pick(None).unwrap()).collect();
-        assert!(picks.contains(&0) && picks.contains(&1), "{picks:?}");
-    }
-
-    #[tokio::test]
-    async fn checks_need_a_streak_to_change_the_verdict() {
-        let pool = pool(1, Balance::RoundRobin);
-        let check = check();
-        assert_eq!(pool.record_check(0, false, &check), None);
-        assert_eq!(pool.record_check(0, true, &check), None); // streak broken
-        assert_eq!(pool.record_check(0, false, &check), None);
-        assert_eq!(pool.record_check(0, false, &check), None);
-        assert_eq!(pool.record_check(0, false, &check), Some(false));
-        assert_eq!(pool.pick(None), None);
-        assert_eq!(pool.record_check(0, true, &check), None);
-        assert_eq!(pool.record_check(0, true, &check), Some(true));
-        assert_eq!(pool.pick(None), Some(0));
-    }
-}
+pub(crate) mod tests;

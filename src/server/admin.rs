@@ -1,7 +1,8 @@
 //! The admin listener (loopback by default, never the proxy listeners): `/healthz` (process
 //! alive), `/readyz` (serving; with `[store] ready_requires_redis`, once every worker has
-//! reached Redis), `/metrics` (Prometheus text) and `/config` (the effective config as JSON,
-//! secrets redacted, with its version and load time).
+//! reached Redis; 503 while draining), `/metrics` (Prometheus text) and `/config` (the
+//! effective config as JSON, secrets redacted, with its version and load time). It keeps
+//! answering through a shutdown's drain and stops when serving ends.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,8 @@ pub(super) struct AdminState {
     pub metrics: Arc<Metrics>,
     /// `/readyz` has answered 200: it does from then on (see `readiness`).
     pub ready: Arc<AtomicBool>,
+    /// Shutting down: the proxy listeners are closed and the requests in flight finishing.
+    pub draining: Arc<AtomicBool>,
 }
 
 pub(super) async fn serve(listener: TcpListener, state: AdminState, stop: CancellationToken) {
@@ -43,14 +46,19 @@ pub(super) async fn serve(listener: TcpListener, state: AdminState, stop: Cancel
             },
         };
         let state = state.clone();
+        let stop = stop.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let answer = answer(&state, &request);
                 async move { Ok::<_, Infallible>(answer) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            // A scraper's keep-alive connection must not outlive serving.
+            tokio::select! {
+                _ = connection => {}
+                _ = stop.cancelled() => {}
+            }
         });
     }
 }
@@ -99,8 +107,13 @@ fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Byte
 /// 200 once serving; with `[store] ready_requires_redis`, only once the store has been
 /// reached. Ready once, ready for good: while Redis is away later, or a reload points at
 /// another, the limits follow their `on_error` and the gateway can serve (a fleet taken out
-/// of its load balancer by one bad reload would be an outage).
+/// of its load balancer by one bad reload would be an outage). 503 from the shutdown signal on,
+/// so that load balancers stop sending while the requests in flight finish.
 fn readiness(state: &AdminState) -> Response<Full<Bytes>> {
+    if state.draining.load(Ordering::Acquire) {
+        let why = "draining: shutting down, no new connections are accepted\n";
+        return text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why.into());
+    }
     if state.ready.load(Ordering::Acquire) {
         return text(StatusCode::OK, "text/plain", "ok\n".into());
     }

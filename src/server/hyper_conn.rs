@@ -17,7 +17,7 @@ use hyper::rt::{Read, Write};
 use hyper::server::conn::http1;
 use hyper::service::{HttpService, Service};
 
-use crate::respond::ResponseBody;
+use super::served_body::ServedBody;
 use hyper_util::rt::TokioExecutor;
 use hyper_util::server::conn::auto;
 
@@ -51,7 +51,7 @@ impl HyperServers {
         http2_allowed: bool,
     ) -> HyperConnection<'_, I, S>
     where
-        S: Service<Request<Incoming>, Response = Response<ResponseBody>, Error = Infallible>
+        S: Service<Request<Incoming>, Response = Response<ServedBody>, Error = Infallible>
             + Send
             + 'static,
         S::Future: Send + 'static,
@@ -71,7 +71,7 @@ impl HyperServers {
 
 impl<I, S> HyperConnection<'_, I, S>
 where
-    S: Service<Request<Incoming>, Response = Response<ResponseBody>, Error = Infallible>
+    S: Service<Request<Incoming>, Response = Response<ServedBody>, Error = Infallible>
         + Send
         + 'static,
     S::Future: Send + 'static,
@@ -88,7 +88,7 @@ where
 
 impl<I, S> Future for HyperConnection<'_, I, S>
 where
-    S: Service<Request<Incoming>, Response = Response<ResponseBody>, Error = Infallible>
+    S: Service<Request<Incoming>, Response = Response<ServedBody>, Error = Infallible>
         + Send
         + 'static,
     S::Future: Send + 'static,

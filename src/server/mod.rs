@@ -1,6 +1,6 @@
 //! Listeners and the serving lifecycle: bind plain and TLS listeners, accept within
 //! `max_connections`, serve each connection, and on shutdown stop accepting and let in-flight
-//! requests finish within `shutdown_grace`.
+//! requests finish within `shutdown_grace` (see `drain`).
 //!
 //! Connections are served by `[server] workers` threads, each with its own single-threaded
 //! event loop accepting from every listener (as nginx's worker processes do): a connection,
@@ -10,17 +10,20 @@
 
 mod admin;
 mod connection;
+mod drain;
 mod http1;
 mod hyper_conn;
 mod only_when_woken;
 mod reload;
+mod served_body;
+mod watch;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
@@ -32,16 +35,18 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ServerConfig, TlsListenerConfig};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TimeoutCounters};
 use crate::proxy::Runtime;
 use crate::tls::server::{CertResolver, acceptor};
 use admin::AdminState;
 use connection::{ConnectionSettings, Protocols};
+pub use drain::Drain;
 #[cfg(fuzzing)]
 pub use http1::parse_for_fuzzing;
 use hyper_conn::HyperServers;
 use reload::Generation;
 pub use reload::{ReloadError, Reloader, watch_files};
+use watch::WatchedDeadlines;
 
 /// Why the gateway could not serve.
 #[derive(Debug, thiserror::Error)]
@@ -164,9 +169,9 @@ impl Gateway {
         }
     }
 
-    /// Serves until `shutdown` completes, then drains within `shutdown_grace`. Dropping the
-    /// returned future stops the other workers too.
-    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
+    /// Serves until `shutdown` completes, then drains within `shutdown_grace` and says how that
+    /// ended. Dropping the returned future stops the other workers too.
+    pub async fn serve(self, shutdown: impl Future<Output = ()>) -> Result<Drain, ServeError> {
         for warning in &self.config.warnings {
             tracing::warn!("{}: {warning}", self.config.source);
         }
@@ -178,18 +183,30 @@ impl Gateway {
             Err(_) => stop.child_token(),
         };
         self.runtime.load().start_background(&background);
+        // The admin listener outlives `stop`: it answers through the drain, and ends with
+        // serving, however serving ends.
+        let admin_stop = CancellationToken::new();
+        let _admin_stop_when_done = admin_stop.clone().drop_guard();
+        let draining = Arc::new(AtomicBool::new(false));
         if let Some(listener) = self.admin {
+            if let Ok(addr) = listener.local_addr() {
+                tracing::info!(admin = %addr, "admin listening");
+            }
             let state = AdminState {
                 runtime: self.runtime.clone(),
                 generation: self.generation.clone(),
                 metrics: self.runtime.load().metrics.clone(),
                 ready: Arc::default(),
+                draining: draining.clone(),
             };
-            tokio::spawn(admin::serve(listener, state, stop.clone()));
+            tokio::spawn(admin::serve(listener, state, admin_stop));
         }
         let serving = Serving {
             runtime: self.runtime.clone(),
-            settings: Arc::new(connection_settings(&self.config.server)),
+            settings: Arc::new(connection_settings(
+                &self.config.server,
+                self.runtime.load().metrics.timeouts.clone(),
+            )),
             slots: Arc::new(Semaphore::new(self.config.server.max_connections)),
             connections: TaskTracker::new(),
             stop: stop.clone(),
@@ -202,25 +219,16 @@ impl Gateway {
         let workers = Workers::start(&self.listeners, &serving, self.config.server.workers)?;
         let accepting = serving.accept_on_this_thread(self.listeners)?;
         shutdown.await;
+        let started = Instant::now();
+        draining.store(true, Ordering::Release);
         let grace = self.config.server.shutdown_grace;
-        tracing::info!(?grace, "shutting down: no new connections");
+        tracing::info!(
+            ?grace,
+            "shutting down: no new connections; /readyz answers 503"
+        );
         stop.cancel();
-        for task in accepting {
-            let _ = task.await;
-        }
         let connections = serving.connections;
-        connections.close();
-        if tokio::time::timeout(grace, connections.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!(
-                open = connections.len(),
-                "shutdown_grace over; closing remaining connections"
-            );
-        }
-        workers.stop().await;
-        Ok(())
+        Ok(drain::drain(accepting, connections, grace, workers, started).await)
     }
 }
 
@@ -378,7 +386,7 @@ fn tls_entry(config: &TlsListenerConfig) -> Result<TlsEntry, rustls::Error> {
     })
 }
 
-fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
+fn connection_settings(server: &ServerConfig, counters: TimeoutCounters) -> ConnectionSettings {
     let mut auto = auto::Builder::new(TokioExecutor::new());
     // The same HTTP/1 settings for both servers, written once.
     macro_rules! http1_settings {
@@ -405,8 +413,12 @@ fn connection_settings(server: &ServerConfig) -> ConnectionSettings {
     http1_settings!(http1);
     ConnectionSettings {
         hyper: HyperServers { auto, http1 },
-        header_read_timeout: server.header_read_timeout,
-        idle_timeout: server.idle_timeout,
+        deadlines: WatchedDeadlines {
+            header_read_timeout: server.header_read_timeout,
+            idle_timeout: server.idle_timeout,
+            send_timeout: server.send_timeout,
+            counters,
+        },
     }
 }
 
@@ -463,7 +475,7 @@ impl AcceptLoop {
             match tls {
                 None => {
                     let client = (peer, "http", Protocols::Any);
-                    connection::serve(stream, client, runtime, settings, stop).await
+                    connection::serve((stream, slot), client, runtime, settings, stop).await
                 }
                 Some(tls) => {
                     let handshake =
@@ -477,14 +489,13 @@ impl AcceptLoop {
                                 _ => Protocols::Any,
                             };
                             let client = (peer, "https", protocols);
-                            connection::serve(stream, client, runtime, settings, stop).await
+                            connection::serve((stream, slot), client, runtime, settings, stop).await
                         }
                         Ok(Err(error)) => handshake_failed(&tls, peer, &error.to_string()),
                         Err(_) => handshake_failed(&tls, peer, "handshake_timeout passed"),
                     }
                 }
             }
-            drop(slot);
         }
     }
 }

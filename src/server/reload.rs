@@ -1,7 +1,8 @@
 //! Hot reload: the config file is read and validated in full, then the runtime built from it is
 //! swapped in atomically; requests already running finish on the runtime they started with. A
 //! config that fails validation changes nothing. Limit and edge state carry over where their
-//! rates did not change (see `Runtime::succeeding`). Listen addresses need a restart.
+//! rates did not change, and upstream servers' health and idle connections where their
+//! definition did not (see `Runtime::succeeding`). Listen addresses need a restart.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

@@ -11,7 +11,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use super::provider;
 
 /// TLS settings of one upstream.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct UpstreamTls {
     /// Trust only these roots (from `ca_file`); empty: the system roots.
     pub ca_certs: Vec<CertificateDer<'static>>,

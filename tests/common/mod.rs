@@ -63,7 +63,7 @@ pub struct TestGateway {
     pub certificates: ratelimit_proxy::server::CertificateReloader,
     pub reloader: ratelimit_proxy::server::Reloader,
     shutdown: Option<oneshot::Sender<()>>,
-    task: JoinHandle<Result<(), ratelimit_proxy::ServeError>>,
+    task: JoinHandle<Result<ratelimit_proxy::Drain, ratelimit_proxy::ServeError>>,
 }
 
 impl TestGateway {
@@ -129,7 +129,9 @@ impl TestGateway {
     }
 
     /// Signals shutdown and returns the serve task, to await when the test wants.
-    pub fn stop(mut self) -> JoinHandle<Result<(), ratelimit_proxy::ServeError>> {
+    pub fn stop(
+        mut self,
+    ) -> JoinHandle<Result<ratelimit_proxy::Drain, ratelimit_proxy::ServeError>> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
@@ -357,4 +359,36 @@ pub fn check_config(path: &std::path::Path) -> (bool, String) {
     let text = String::from_utf8_lossy(&output.stdout).into_owned()
         + &String::from_utf8_lossy(&output.stderr);
     (output.status.success(), text)
+}
+
+/// The value of the line of the gateway's `/metrics` (its admin listener's) that starts with
+/// `series` (name and labels), or 0 when there is none.
+pub async fn metric(gateway: &TestGateway, series: &str) -> f64 {
+    let admin = gateway
+        .admin_addr
+        .expect("the gateway has an [admin] listener");
+    let (_, body) = get(&format!("http://{admin}/metrics")).await;
+    let text = String::from_utf8_lossy(&body);
+    text.lines()
+        .find_map(|line| line.strip_prefix(series).map(|v| v.trim().parse().unwrap()))
+        .unwrap_or(0.0)
+}
+
+/// Reads from `stream` until the peer closes it (or fails it), at most `within`: every byte
+/// read, and whether it was closed by then.
+pub async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    within: Duration,
+) -> (Vec<u8>, bool) {
+    use tokio::io::AsyncReadExt;
+    let deadline = tokio::time::Instant::now() + within;
+    let mut bytes = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return (bytes, false),
+            Ok(Ok(0)) | Ok(Err(_)) => return (bytes, true),
+            Ok(Ok(n)) => bytes.extend_from_slice(&buf[..n]),
+        }
+    }
 }

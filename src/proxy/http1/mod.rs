@@ -6,16 +6,18 @@
 //!
 //! What comes back is checked as strictly as hyper did: a malformed or oversized head, a bad
 //! Content-Length or chunk line, or a body cut short is an error, and a connection is only
-//! reused after a response that was framed, read to its end and followed by nothing else.
+//! reused after a request written whole before its response began and a response that was
+//! framed, read to its end and followed by nothing else (DESIGN.md §2).
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
-use http_body::{Body, Frame};
-use tokio::io::AsyncWrite;
+use http::{HeaderValue, Method, Response, StatusCode};
+use http_body::Frame;
+use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use super::headers::{Role, SetFields, list_items, role};
@@ -23,17 +25,22 @@ use super::upstream::{UpstreamBody, UpstreamHead};
 use crate::upstream_fields::UpstreamFields;
 
 mod body;
+mod deadlines;
 mod fields;
 mod head;
 mod stream;
+mod upload;
 
 pub use body::Framing;
+pub use deadlines::ExchangeDeadlines;
 pub(crate) use head::encode_head;
 pub use stream::{Stream, Upgraded};
 
 use body::decode;
+use deadlines::Waiting;
 use head::parse_head;
 pub(crate) use head::{encode_field, hex};
+use upload::Upload;
 
 /// Longest response head (status line and fields), and longest trailer section, accepted.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
@@ -60,6 +67,10 @@ pub enum ExchangeError {
     BodyCut,
     #[error("no response head before the response timeout")]
     TimedOut,
+    #[error("no more of the response body within the read timeout ({0:?})")]
+    ReadTimedOut(std::time::Duration),
+    #[error("no more of the client's request body within body_read_timeout ({0:?})")]
+    ClientBodyTimedOut(std::time::Duration),
     #[error("101 Switching Protocols to a protocol the request did not offer")]
     UnexpectedUpgrade,
     #[error("reading the client's request body failed: {0}")]
@@ -93,12 +104,11 @@ pub struct ResponseHead {
     pub keep_alive: bool,
 }
 
-#[derive(Debug)]
-enum Upload {
-    Sending,
-    Done,
-    /// The upstream stopped taking the request body (it may still answer).
-    Failed(io::Error),
+/// True when the kernel holds nothing to read on `tcp` and the upstream has not closed it: a
+/// peek, a system call, as tokio's cached readiness may be older than the bytes.
+fn nothing_waiting(tcp: &TcpStream) -> bool {
+    let peeked = socket2::SockRef::from(tcp).peek(&mut [MaybeUninit::uninit(); 1]);
+    matches!(peeked, Err(error) if error.kind() == io::ErrorKind::WouldBlock)
 }
 
 /// One connection: its stream, buffers, and the request body it is still sending.
@@ -113,19 +123,43 @@ pub struct Connection {
     body: Option<UpstreamBody>,
     chunked: bool,
     upload: Upload,
+    /// The final response head began to arrive before the request was written whole: the
+    /// upstream may take the rest of the request for another one, so the connection is not
+    /// reused (an early answer; DESIGN.md §2).
+    answered_during_upload: bool,
+    /// The request carried a body. An upstream that ignores bodies on some path (a "CL.0"
+    /// server) takes such a body for a request of its own, whose answer then arrives on the
+    /// idle connection or, if it is slow, as the answer to the next client's request.
+    sent_body: bool,
+    /// A request with a body got an answer other than 2xx: the answers of servers that did not
+    /// read a body (401, 403, 404, 405, redirects) are where an unread body hides, so such a
+    /// connection is not reused.
+    body_maybe_unread: bool,
     /// The current exchange's deadline for the response head.
     deadline: Instant,
+    /// When the response body began to wait for the upstream, while it does.
+    read_wait: Option<Instant>,
+    /// When the request body began to wait for the client, while it does.
+    upload_wait: Option<Instant>,
+    limits: ExchangeDeadlines,
     /// One timer for the connection's life (a timer per request took a lock to enter tokio's
-    /// timer wheel and another to leave it), armed at `deadline` or earlier: an exchange whose
-    /// deadline is later leaves it as it is, and a timer that fires early is moved on to the
-    /// deadline then. Most exchanges end before either, so most never touch the timer.
+    /// timer wheel and another to leave it), armed at the next deadline or earlier: an
+    /// exchange whose deadline is later leaves it as it is, and a timer that fires early is
+    /// moved on to the deadline then (`deadlines`). Most exchanges end before either, so most
+    /// never touch the timer.
     timer: Pin<Box<Sleep>>,
 }
 
 impl Connection {
     /// Must be called within the runtime whose requests will use the connection.
-    pub fn new(stream: Stream) -> Connection {
+    pub fn new(stream: Stream, limits: ExchangeDeadlines) -> Connection {
         Connection {
+            answered_during_upload: false,
+            sent_body: false,
+            body_maybe_unread: false,
+            read_wait: None,
+            upload_wait: None,
+            limits,
             deadline: Instant::now(),
             timer: Box::pin(tokio::time::sleep_until(Instant::now())),
             stream,
@@ -141,9 +175,15 @@ impl Connection {
     }
 
     /// False when the upstream closed the connection (or sent bytes nobody asked for) while
-    /// it was idle. No system call in the usual case: tokio knows whether the socket became
-    /// readable since it was last read to the end.
+    /// it was idle. After a bodiless exchange, no system call in the usual case: tokio knows
+    /// whether the socket became readable when its event loop last looked. After a request
+    /// with a body, what the kernel holds is asked (a peek): an answer to a body the upstream
+    /// took for a request may have come since the event loop looked, and reusing the
+    /// connection would give it to the next client.
     pub fn is_open(&mut self) -> bool {
+        if self.sent_body && !nothing_waiting(self.stream.tcp()) {
+            return false;
+        }
         if let Stream::Plain(tcp) = &self.stream {
             // Any byte read here means the connection is not reused anyway.
             let open = tcp.try_read(&mut [0u8; 1]);
@@ -153,9 +193,13 @@ impl Connection {
         self.poll_read_more(&mut cx).is_pending()
     }
 
-    /// True after a complete exchange: the request sent, and nothing read beyond the response.
+    /// True after a complete exchange: the request sent whole before the response began,
+    /// and nothing read beyond the response.
     pub fn is_idle(&self) -> bool {
-        self.read_buf.is_empty() && matches!(self.upload, Upload::Done)
+        self.read_buf.is_empty()
+            && matches!(self.upload, Upload::Done)
+            && !self.answered_during_upload
+            && !self.body_maybe_unread
     }
 
     /// Lets go of buffers a large exchange grew, before the connection waits in the pool: up to
@@ -169,7 +213,7 @@ impl Connection {
     }
 
     /// True while the request body is still being sent.
-    pub fn is_uploading(&self) -> bool {
+    fn is_uploading(&self) -> bool {
         matches!(self.upload, Upload::Sending)
     }
 
@@ -183,29 +227,14 @@ impl Connection {
         deadline: Instant,
     ) -> Result<ResponseHead, ExchangeError> {
         self.deadline = deadline;
-        if self.timer.deadline() > deadline {
-            self.timer.as_mut().reset(deadline);
-        }
+        self.answered_during_upload = false;
+        self.body_maybe_unread = false;
+        self.read_wait = None;
+        self.upload_wait = None;
         self.start(head, set, body);
         let offered = set.upgrade.as_ref();
         let head_request = head.method == Method::HEAD;
         std::future::poll_fn(|cx| self.poll_head(cx, head_request, offered)).await
-    }
-
-    /// Encodes the request head; the body goes out as the exchange is polled.
-    fn start(&mut self, head: &UpstreamHead, set: &SetFields, body: UpstreamBody) {
-        let length = if body.is_end_stream() {
-            None
-        } else {
-            Some(body.size_hint().exact())
-        };
-        self.write_buf.clear();
-        self.written = 0;
-        encode_head(&mut self.write_buf, head, set, length);
-        self.flushed = false;
-        self.chunked = matches!(length, Some(None));
-        self.body = length.is_some().then_some(body);
-        self.upload = Upload::Sending;
     }
 
     fn poll_head(
@@ -224,20 +253,24 @@ impl Connection {
                     return Poll::Ready(Err(ExchangeError::UnexpectedUpgrade));
                 }
                 if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+                    // An interim answer does not begin the response; what follows it might.
+                    self.answered_during_upload &= !self.read_buf.is_empty();
                     continue;
                 }
+                self.body_maybe_unread = self.sent_body && !status.is_success();
                 return Poll::Ready(Ok(head));
             }
             if self.read_buf.len() >= MAX_HEAD_BYTES {
                 return Poll::Ready(Err(ExchangeError::HeadTooLarge));
             }
             let Poll::Ready(read) = self.poll_read_more(cx) else {
-                return match self.poll_deadline(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(ExchangeError::TimedOut)),
-                    Poll::Pending => Poll::Pending,
-                };
+                return self.poll_deadlines(cx, Waiting::Head).map(Err);
             };
-            if read? == 0 {
+            let read = read?;
+            if read > 0 && self.is_uploading() {
+                self.answered_during_upload = true;
+            }
+            if read == 0 {
                 if !self.read_buf.is_empty() {
                     // Part of an answer came: not a connection closed before the request.
                     return Poll::Ready(Err(ExchangeError::Framing(
@@ -253,122 +286,6 @@ impl Connection {
                 ));
             }
         }
-    }
-
-    /// Ready once the exchange's deadline has passed.
-    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        loop {
-            ready!(self.timer.as_mut().poll(cx));
-            if self.timer.deadline() >= self.deadline {
-                return Poll::Ready(());
-            }
-            // Armed for an earlier exchange: on to this one's deadline.
-            self.timer.as_mut().reset(self.deadline);
-        }
-    }
-
-    /// Sends what it can of the request without waiting. A write failure does not end the
-    /// exchange (the upstream may have answered early and stopped reading); the client's
-    /// body failing does.
-    fn drive_upload(&mut self, cx: &mut Context<'_>) -> Result<(), ExchangeError> {
-        if !matches!(self.upload, Upload::Sending) {
-            return Ok(());
-        }
-        match self.poll_upload(cx) {
-            Poll::Ready(Ok(())) => self.upload = Upload::Done,
-            Poll::Ready(Err(ExchangeError::Io(error))) => {
-                self.body = None;
-                self.upload = Upload::Failed(error);
-            }
-            Poll::Ready(Err(error)) => {
-                // The upstream got part of a body: the connection must not carry another.
-                self.upload = Upload::Failed(io::Error::other("the client's body failed"));
-                return Err(error);
-            }
-            Poll::Pending => {}
-        }
-        Ok(())
-    }
-
-    /// Writes the pending bytes, then the body frame by frame; ready once all is sent.
-    fn poll_upload(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ExchangeError>> {
-        loop {
-            while self.written < self.write_buf.len() {
-                let pending = &self.write_buf[self.written..];
-                let n = ready!(Pin::new(&mut self.stream).poll_write(cx, pending))?;
-                if n == 0 {
-                    return Poll::Ready(Err(io::Error::from(io::ErrorKind::WriteZero).into()));
-                }
-                self.written += n;
-            }
-            self.write_buf.clear();
-            self.written = 0;
-            if !self.flushed {
-                ready!(Pin::new(&mut self.stream).poll_flush(cx))?;
-                self.flushed = true;
-            }
-            let Some(body) = self.body.as_mut() else {
-                return Poll::Ready(Ok(()));
-            };
-            match ready!(Pin::new(body).poll_frame(cx)) {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => self.encode_data(&data),
-                    Err(frame) => {
-                        if let Ok(trailers) = frame.into_trailers() {
-                            self.encode_end(Some(&trailers));
-                        }
-                    }
-                },
-                Some(Err(error)) => {
-                    self.body = None;
-                    return Poll::Ready(Err(ExchangeError::ClientBody(error)));
-                }
-                None => self.encode_end(None),
-            }
-        }
-    }
-
-    fn encode_data(&mut self, data: &[u8]) {
-        if data.is_empty() {
-            return;
-        }
-        if self.chunked {
-            let mut size = [0u8; 16];
-            self.write_buf.extend_from_slice(hex(data.len(), &mut size));
-            self.write_buf.extend_from_slice(b"\r\n");
-            self.write_buf.extend_from_slice(data);
-            self.write_buf.extend_from_slice(b"\r\n");
-        } else {
-            self.write_buf.extend_from_slice(data);
-        }
-        self.flushed = false;
-    }
-
-    /// The body ended (with trailers, which only a chunked body can carry).
-    fn encode_end(&mut self, trailers: Option<&HeaderMap>) {
-        if self.chunked {
-            self.write_buf.extend_from_slice(b"0\r\n");
-            for (name, value) in trailers.into_iter().flatten() {
-                encode_field(&mut self.write_buf, name.as_str(), value.as_bytes());
-            }
-            self.write_buf.extend_from_slice(b"\r\n");
-            self.flushed = false;
-        }
-        self.body = None;
-    }
-
-    /// Finishes sending the request body after the response has been read; ready with
-    /// whether the connection can be reused.
-    pub fn poll_finish_upload(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
-        while matches!(self.upload, Upload::Sending) {
-            if self.drive_upload(cx).is_err() {
-                return Poll::Ready(false);
-            }
-            if matches!(self.upload, Upload::Sending) {
-                return Poll::Pending;
-            }
-        }
-        Poll::Ready(self.is_idle())
     }
 
     fn poll_read_more(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
@@ -394,14 +311,26 @@ impl Connection {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, ExchangeError>>> {
         loop {
+            // A client body that fails otherwise does not end a response that is coming: the
+            // upstream may not need the rest (its answer no longer waits on it).
             self.drive_upload(cx).ok();
+            if self.upload_wait.is_some()
+                && let Poll::Ready(timed_out) = self.poll_deadlines(cx, Waiting::Body)
+            {
+                return Poll::Ready(Some(Err(timed_out)));
+            }
             if let Some(frame) = decode(framing, &mut self.read_buf).transpose() {
                 return Poll::Ready(Some(frame));
             }
             if *framing == Framing::Done {
                 return Poll::Ready(None);
             }
-            if ready!(self.poll_read_more(cx))? == 0 {
+            let Poll::Ready(read) = self.poll_read_more(cx) else {
+                self.begin_read_wait();
+                return self.poll_deadlines(cx, Waiting::Body).map(|e| Some(Err(e)));
+            };
+            self.read_wait = None;
+            if read? == 0 {
                 if *framing == Framing::UntilClose {
                     *framing = Framing::Done;
                     return Poll::Ready(None);
@@ -448,7 +377,7 @@ mod tests {
         let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
         let (client, accepted) = tokio::join!(client, listener.accept());
         (
-            Connection::new(Stream::Plain(client.unwrap())),
+            Connection::new(Stream::Plain(client.unwrap()), ExchangeDeadlines::default()),
             accepted.unwrap().0,
         )
     }
@@ -493,5 +422,23 @@ mod tests {
             .await
             .unwrap();
         assert!(reported_closed(&mut connection).await);
+    }
+
+    /// After a request with a body, bytes the upstream sent are found at once, before the
+    /// event loop has seen them: they may answer a request hidden in that body.
+    #[tokio::test]
+    async fn after_a_body_bytes_the_event_loop_has_not_seen_yet_close_the_connection() {
+        let (mut connection, peer) = connected().await;
+        assert!(connection.is_open());
+        connection.sent_body = true;
+        let mut peer = peer.into_std().unwrap();
+        std::io::Write::write_all(&mut peer, b"HTTP/1.1 200 OK\r\n").unwrap();
+        // Delivered on loopback, but no await since: tokio's readiness still says nothing came.
+        let waiting = || !nothing_waiting(connection.stream.tcp());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !waiting() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(!connection.is_open());
     }
 }

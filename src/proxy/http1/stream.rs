@@ -18,6 +18,16 @@ pub enum Stream {
     Tls(Box<TlsStream>),
 }
 
+impl Stream {
+    /// The TCP connection under the stream.
+    pub fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Plain(tcp) => tcp,
+            Stream::Tls(tls) => tls.get_ref().0.inner().inner(),
+        }
+    }
+}
+
 /// An upstream connection after a 101, with the bytes that followed the 101 head.
 pub struct Upgraded {
     pub(super) stream: Stream,

@@ -23,7 +23,7 @@ use http::{HeaderMap, Method, Response, Uri, Version};
 use http_body_util::{Either, Empty};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::connection::{Activity, Answering};
+use super::watch::{Activity, Answering};
 use crate::proxy::headers::{Role, lists, role};
 use crate::proxy::request::ProxyRequest;
 use crate::proxy::{self, ClientConnection, Runtime};
@@ -41,7 +41,7 @@ const MAX_IDLE_WRITE_BUFFER: usize = 128 * 1024;
 
 mod write;
 
-use write::write_response;
+use write::{WriteError, write_response};
 
 /// Why a connection must close now, as the connection's watch tells it.
 pub(super) enum Close {
@@ -51,9 +51,11 @@ pub(super) enum Close {
     Idle,
     /// A request head took longer than `header_read_timeout`.
     SlowHead,
+    /// The client took nothing sent to it for `send_timeout`.
+    SendStalled,
 }
 
-/// The connection's watch: shutdown, idle and slow-head deadlines.
+/// The connection's watch: shutdown, idle, slow-head and send deadlines.
 pub(super) trait Watch {
     fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<Close>;
 }
@@ -114,6 +116,9 @@ where
                 }
             }
         };
+        // In flight until its response is written: the watch keeps such a connection and
+        // times its writes, not its idleness.
+        let answering = Answering::begin(answerer.activity, Version::HTTP_11);
         // Pinned here and only borrowed by `answer`: a future of `answer`'s own that held it
         // was copied whole three times a request (~300 instructions).
         let answered = {
@@ -122,21 +127,37 @@ where
                 answerer.client.clone(),
                 request
             ));
-            pin!(answer(&mut io, &mut read, answerer, watch, handling)).await
+            pin!(answer(&mut io, &mut read, watch, handling)).await
         };
-        let Some((response, stopping)) = answered else {
+        let Some((response, mut stopping)) = answered else {
             return Ended::Closed;
         };
         served_any = true;
         let keep_alive = !stopping && !asks_to_close(response.headers());
         // Pinned where it is made, as `handling` (`.await` on the call moved it first).
-        let written = pin!(write_response(&mut io, &mut out, response, keep_alive)).await;
-        if let Err(error) = &written {
-            tracing::debug!(peer = %answerer.client.peer, %error, "closing the connection");
+        let written = {
+            let writing = pin!(write_response(&mut io, &mut out, response, keep_alive));
+            pin!(write_watched(writing, watch, &mut stopping)).await
+        };
+        drop(answering);
+        match &written {
+            Err(WriteError::Stalled) => {
+                tracing::debug!(peer = %answerer.client.peer, "closing: the client took nothing sent to it within send_timeout");
+                return Ended::Closed;
+            }
+            Err(error) => {
+                tracing::debug!(peer = %answerer.client.peer, %error, "closing the connection");
+            }
+            Ok(()) => {}
         }
-        if written.is_err() || !keep_alive {
+        if written.is_err() || !keep_alive || stopping {
             let _ = io.shutdown().await;
             return Ended::Closed;
+        }
+        if !read.is_empty() {
+            // A pipelined head that began to arrive while this one was answered is timed
+            // from now.
+            answerer.activity.bytes_arrived();
         }
         if out.capacity() > MAX_IDLE_WRITE_BUFFER {
             out = Vec::new();
@@ -158,7 +179,6 @@ async fn read_more<S: AsyncRead + Unpin>(io: &mut S, read: &mut BytesMut) -> boo
 async fn answer<S, W>(
     io: &mut S,
     read: &mut BytesMut,
-    answerer: &Answerer<'_>,
     watch: &mut W,
     mut handling: Pin<&mut impl Future<Output = Response<ResponseBody>>>,
 ) -> Option<(Response<ResponseBody>, bool)>
@@ -166,7 +186,6 @@ where
     S: AsyncRead + Unpin,
     W: Watch,
 {
-    let answering = Answering::begin(answerer.activity, Version::HTTP_11);
     let mut stopping = false;
     let response = loop {
         tokio::select! {
@@ -180,8 +199,27 @@ where
             _ = poll_fn(|cx| watch.poll_close(cx)), if !stopping => stopping = true,
         }
     };
-    drop(answering);
     Some((response, stopping))
+}
+
+/// Writes a response while the watch looks on: a client that takes nothing for
+/// `send_timeout` ends it with `WriteError::Stalled`; shutdown sets `stopping` (the response
+/// is finished, then the connection closes).
+async fn write_watched<W: Watch>(
+    mut writing: Pin<&mut impl Future<Output = Result<(), WriteError>>>,
+    watch: &mut W,
+    stopping: &mut bool,
+) -> Result<(), WriteError> {
+    loop {
+        tokio::select! {
+            biased;
+            written = writing.as_mut() => return written,
+            close = poll_fn(|cx| watch.poll_close(cx)), if !*stopping => match close {
+                Close::Stop | Close::Idle => *stopping = true,
+                Close::SlowHead | Close::SendStalled => return Err(WriteError::Stalled),
+            },
+        }
+    }
 }
 
 /// A response that says the connection closes after it.

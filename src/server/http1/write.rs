@@ -38,6 +38,8 @@ pub(super) enum WriteError {
     Body(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("the response body does not match its Content-Length")]
     Length,
+    #[error("the client took nothing sent to it within send_timeout")]
+    Stalled,
 }
 
 /// Writes the response: its head, then its body as it comes, gathered into few writes.
