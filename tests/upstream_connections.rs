@@ -349,6 +349,25 @@ async fn a_small_body_answered_unread_cannot_give_its_hidden_requests_answer_to_
     }
 }
 
+/// An upstream that sends bytes nobody asked for after a bodiless exchange (a body after a
+/// HEAD answer, in a write of its own): once they have arrived they are found on the idle
+/// connection, which is then not reused. (Bytes still on their way when the connection is
+/// reused cannot be told from its next answer; README "Timeouts".)
+#[tokio::test]
+async fn bytes_sent_after_a_head_answer_never_reach_the_next_client() {
+    let upstream = naive_upstream::NaiveUpstream::start().await;
+    let gateway = gateway_for(&upstream.url).await;
+    for _ in 0..20 {
+        let head = Request::head(gateway.url("/headbody"))
+            .body(empty())
+            .unwrap();
+        let (response, _) = send(head).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        each_victim_gets_its_own_answer(&gateway, 1).await;
+    }
+}
+
 /// A POST to the path the upstream answers 200 without reading its body, whose body is `inner`.
 fn static_post(inner: &str) -> String {
     format!(

@@ -70,8 +70,9 @@ impl Drop for NaiveUpstream {
 }
 
 /// Answers requests until the connection ends: `401` to `POST /login` and `200` to
-/// `POST /static` (their bodies left for the next request), else `200` naming the method,
-/// path, cookie and body it read, after 300 ms for `/slow`.
+/// `POST /static` (their bodies left for the next request), a head and then bytes nobody
+/// asked for to `HEAD /headbody`, else `200` naming the method, path, cookie and body it read,
+/// after 300 ms for `/slow`.
 async fn serve(mut stream: TcpStream, smuggled: &AtomicBool) {
     let mut buffer = Vec::new();
     loop {
@@ -96,6 +97,14 @@ async fn serve(mut stream: TcpStream, smuggled: &AtomicBool) {
         }
         let answer = if method == "POST" && path == "/login" {
             "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n".to_string()
+        } else if method == "HEAD" && path == "/headbody" {
+            // A head, then in a write of its own a "body" a HEAD answer must not have: a whole
+            // answer.
+            let head = "HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n";
+            if stream.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            "HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nHEAD-BODY!".to_string()
         } else if method == "POST" && path == "/static" {
             "HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nstatic".to_string()
         } else {
