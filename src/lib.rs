@@ -2,6 +2,9 @@
 //! See DESIGN.md for the pipeline and the config contract. `main` and the integration tests
 //! both run the gateway through [`serve`] or [`Gateway`].
 
+// Every byte of untrusted input is handled in safe Rust; what needs `unsafe` comes from crates.
+#![forbid(unsafe_code)]
+
 pub mod added_fields;
 pub mod body;
 pub mod canonical;

@@ -1,5 +1,7 @@
 //! The `ratelimit-proxy` command: serve, check a config, or run the demo.
 
+#![forbid(unsafe_code)]
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
