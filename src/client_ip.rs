@@ -7,8 +7,9 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use http::HeaderName;
 
+use crate::http1::fields::visible_text;
 use crate::ip_set::IpSet;
-use crate::request_fields::{RequestFields, visible_text};
+use crate::request_fields::RequestFields;
 
 /// At most this many header entries are examined, whatever the client sends.
 pub const MAX_HOPS: usize = 32;

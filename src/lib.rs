@@ -15,6 +15,7 @@ pub mod echo;
 pub mod edge;
 #[cfg(fuzzing)]
 pub mod fuzzing;
+pub mod http1;
 pub mod ip_set;
 pub mod limit;
 pub mod metrics;

@@ -11,8 +11,8 @@ use http::header::ValueIter;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use smallvec::SmallVec;
 
-use crate::proxy::headers::{self, Role};
-use crate::proxy::http1::encode_field;
+use crate::http1::encode::encode_field;
+use crate::http1::fields::{self, Role, same_name, visible_text};
 
 #[derive(Clone, Debug)]
 pub enum RequestFields {
@@ -141,7 +141,7 @@ impl FieldLines {
             .filter_map(|place| bytes(place.value()))
             .filter(|list| visible_text(list).is_some())
             .collect();
-        let listed = |name: &[u8]| connection.iter().any(|list| headers::lists(list, name));
+        let listed = |name: &[u8]| connection.iter().any(|list| fields::lists(list, name));
         self.places.retain(|place| {
             !(place.role.is_hop_by_hop() || listed(bytes(place.name()).unwrap_or_default()))
         });
@@ -239,7 +239,7 @@ impl RequestFields {
     /// Takes out `Connection`, the fields it names, and every hop-by-hop field.
     pub fn strip_hop_by_hop(&mut self) {
         match self {
-            RequestFields::Map(map) => headers::strip_hop_by_hop(map),
+            RequestFields::Map(map) => fields::strip_hop_by_hop(map),
             RequestFields::Lines(lines) => lines.strip_hop_by_hop(),
         }
     }
@@ -266,24 +266,6 @@ impl RequestFields {
     }
 }
 
-/// Whether `field` is `lower` (a `HeaderName`: lowercase ASCII) in any case, eight bytes at a
-/// time: the byte-at-a-time `eq_ignore_ascii_case` cost 14 instructions a byte, and lookups
-/// are most of what a request's fields cost now.
-pub(crate) fn same_name(field: &[u8], lower: &[u8]) -> bool {
-    if field.len() != lower.len() {
-        return false;
-    }
-    let word = |chunk: &[u8]| u64::from_le_bytes(chunk.try_into().unwrap_or_default());
-    let (mut fields, mut lowers) = (field.chunks_exact(8), lower.chunks_exact(8));
-    let words_match = (&mut fields)
-        .zip(&mut lowers)
-        .all(|(f, l)| ascii_lowercase(word(f)) == word(l));
-    words_match
-        && (fields.remainder().iter())
-            .zip(lowers.remainder())
-            .all(|(f, l)| f.to_ascii_lowercase() == *l)
-}
-
 /// Whether `name` has a `_`, eight bytes at a time (a byte at a time cost a request ~250
 /// instructions over its fields).
 fn has_underscore(name: &[u8]) -> bool {
@@ -299,17 +281,6 @@ fn has_underscore(name: &[u8]) -> bool {
     // The last eight bytes, overlapping words already seen, cover the rest.
     let last = &name[name.len() - 8..];
     name.chunks_exact(8).any(word_has) || word_has(last)
-}
-
-/// Each byte of `word` lowered when it is an ASCII capital letter. A byte of 0x80 or more
-/// may carry into its neighbour's test, but keeps its top bit, so it never equals ASCII.
-fn ascii_lowercase(word: u64) -> u64 {
-    const EACH: u64 = 0x0101_0101_0101_0101;
-    // The top bit of a byte is set when it is >= 'A' and not >= 'Z' + 1.
-    let at_least_a = word.wrapping_add(EACH * (0x80 - u64::from(b'A')));
-    let beyond_z = word.wrapping_add(EACH * (0x80 - u64::from(b'Z') - 1));
-    let capitals = at_least_a & !beyond_z & (EACH * 0x80);
-    word | (capitals >> 2)
 }
 
 /// The values of one field name.
@@ -360,45 +331,6 @@ impl DoubleEndedIterator for Values<'_> {
             }
         }
     }
-}
-
-/// A value as text when it is visible ASCII and tabs (`HeaderValue::to_str`'s rule).
-pub fn visible_text(value: &[u8]) -> Option<&str> {
-    if is_visible_text(value) {
-        std::str::from_utf8(value).ok()
-    } else {
-        None
-    }
-}
-
-/// Whether `value` is visible ASCII and tabs, read as text where text is needed. Eight bytes
-/// at a time, then the last eight (overlapping ones already seen): a byte at a time, the
-/// request's Host alone cost ~90 instructions.
-pub fn is_visible_text(value: &[u8]) -> bool {
-    let visible = |bytes: &[u8]| {
-        bytes
-            .iter()
-            .all(|&b| b == b'\t' || (0x20..0x7f).contains(&b))
-    };
-    if value.len() < 8 {
-        return visible(value);
-    }
-    let tail = (!value.len().is_multiple_of(8)).then(|| &value[value.len() - 8..]);
-    // A word holding a tab is read again a byte at a time.
-    (value.chunks_exact(8).chain(tail)).all(|word| all_printable(word) || visible(word))
-}
-
-/// Whether every byte of an eight-byte `word` is printable ASCII, a space to `~`.
-fn all_printable(word: &[u8]) -> bool {
-    const EACH: u64 = 0x0101_0101_0101_0101;
-    const TOP: u64 = EACH * 0x80;
-    let word = u64::from_le_bytes(word.try_into().unwrap_or_default());
-    // A top bit set after the subtraction and clear before: a byte below a space (a borrow
-    // may flag bytes above it too, but only when one was found). After adding one, or
-    // before: a byte of 0x7f or more (a carry, likewise, only after one).
-    let below_space = word.wrapping_sub(EACH * 0x20) & !word & TOP;
-    let above_tilde = (word.wrapping_add(EACH) | word) & TOP;
-    below_space | above_tilde == 0
 }
 
 mod edit;

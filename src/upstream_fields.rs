@@ -12,7 +12,7 @@ use std::cell::Cell;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::added_fields::{Added, AddedFields};
-use crate::proxy::http1::encode_field;
+use crate::http1::encode::encode_field;
 use crate::spare;
 
 /// Above any Content-Length accepted (18 digits at most).

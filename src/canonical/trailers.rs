@@ -12,7 +12,7 @@ use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 
 use super::Underscores;
-use crate::proxy::headers::{Role, role};
+use crate::http1::fields::{Role, role};
 
 /// Fields never forwarded as trailers besides the hop-by-hop and framing ones: those the
 /// gateway reads (Host, forwarding, request id), credentials and cookies (often keys), and the

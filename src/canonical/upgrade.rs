@@ -4,7 +4,7 @@
 
 use http::HeaderValue;
 
-use crate::proxy::headers::list_items;
+use crate::http1::fields::list_items;
 
 /// The protocols of `offered` (an Upgrade field value) that `allowed` names (lower-case
 /// protocol names, as the config holds them), in the client's order; None when none is.

@@ -2,111 +2,18 @@
 //! cross the proxy, and the upstream learns who asked through X-Forwarded-*.
 
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_LENGTH, HOST, TRANSFER_ENCODING, UPGRADE};
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{CONNECTION, UPGRADE};
+use http::{HeaderName, HeaderValue};
 
-use crate::request_fields::{RequestFields, same_name, visible_text};
+pub use crate::http1::fields::strip_hop_by_hop;
+use crate::http1::fields::visible_text;
+pub(crate) use crate::http1::fields::{Role, list_items, lists, role};
+use crate::request_fields::RequestFields;
 use crate::request_id::{RequestId, X_REQUEST_ID};
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-/// Removes Connection and every header it names, and every hop-by-hop header (`role`).
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none: one pass over the names before removing anything.
-    let any = headers.keys().any(is_hop_by_hop);
-    if !any {
-        return;
-    }
-    let named = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|value| visible_text(value.as_bytes()))
-        .flat_map(|list| list_items(list.as_bytes()))
-        .filter_map(|token| HeaderName::from_bytes(token).ok());
-    let hop_by_hop = headers.keys().filter(|name| is_hop_by_hop(name)).cloned();
-    let gone: Vec<HeaderName> = named.chain(hop_by_hop).collect();
-    for name in gone {
-        headers.remove(name);
-    }
-}
-
-fn is_hop_by_hop(name: &HeaderName) -> bool {
-    role(name.as_str().as_bytes()).is_hop_by_hop()
-}
-
-/// What a field is to a proxy (RFC 9110 §7.6.1): the one definition of the hop-by-hop set,
-/// for requests (`strip_hop_by_hop`) and upstream responses (`proxy::http1`).
-#[derive(Clone, Copy, PartialEq, Debug)]
-pub(crate) enum Role {
-    EndToEnd,
-    Connection,
-    ContentLength,
-    TransferEncoding,
-    Upgrade,
-    /// Keep-Alive, TE, Trailer, Proxy-*: for this connection only.
-    HopByHop,
-    /// X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override, X-Original-URL,
-    /// X-Rewrite-URL: in a request, they make frameworks execute another method or path than
-    /// the one routed and counted, so no request carries them upstream. End to end in a
-    /// response.
-    Override,
-    /// End to end, told apart so that a request's Host is found without comparing names.
-    Host,
-}
-
-impl Role {
-    /// Never forwarded in a request: for this connection only, or an override of what was
-    /// judged.
-    pub(crate) fn is_hop_by_hop(self) -> bool {
-        !matches!(self, Role::EndToEnd | Role::ContentLength | Role::Host)
-    }
-
-    /// The role that only fields called `name` have, if it has one of its own: finding such
-    /// a field compares roles, not names.
-    pub(crate) fn only_of(name: &HeaderName) -> Option<Role> {
-        // Standard names compare as small numbers (matching the text cost ~20 instructions).
-        if *name == HOST {
-            Some(Role::Host)
-        } else if *name == CONNECTION {
-            Some(Role::Connection)
-        } else if *name == UPGRADE {
-            Some(Role::Upgrade)
-        } else if *name == CONTENT_LENGTH {
-            Some(Role::ContentLength)
-        } else if *name == TRANSFER_ENCODING {
-            Some(Role::TransferEncoding)
-        } else {
-            None
-        }
-    }
-}
-
-/// `name`'s role, in any case. By length and first letter: most names differ from all of
-/// these in those alone; the rest are compared eight bytes at a time (`same_name`).
-pub(crate) fn role(name: &[u8]) -> Role {
-    let is = |known: &str| same_name(name, known.as_bytes());
-    let Some(first) = name.first().map(u8::to_ascii_lowercase) else {
-        return Role::EndToEnd;
-    };
-    match (name.len(), first) {
-        (2, b't') if is("te") => Role::HopByHop,
-        (4, b'h') if is("host") => Role::Host,
-        (7, b't') if is("trailer") => Role::HopByHop,
-        (7, b'u') if is("upgrade") => Role::Upgrade,
-        (10, b'c') if is("connection") => Role::Connection,
-        (10, b'k') if is("keep-alive") => Role::HopByHop,
-        (13, b'x') if is("x-http-method") || is("x-rewrite-url") => Role::Override,
-        (14, b'x') if is("x-original-url") => Role::Override,
-        (17, b'x') if is("x-method-override") => Role::Override,
-        (22, b'x') if is("x-http-method-override") => Role::Override,
-        (14, b'c') if is("content-length") => Role::ContentLength,
-        (17, b't') if is("transfer-encoding") => Role::TransferEncoding,
-        (6.., b'p') if same_name(&name[..6], b"proxy-") => Role::HopByHop,
-        _ => Role::EndToEnd,
-    }
-}
 
 /// True when the request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
 pub fn wants_upgrade(fields: &RequestFields) -> bool {
@@ -122,16 +29,6 @@ pub fn connection_has(fields: &RequestFields, token: &str) -> bool {
             .get_all(&CONNECTION)
             .filter(|list| visible_text(list).is_some())
             .any(|list| lists(list, token.as_bytes()))
-}
-
-/// The items of a comma-separated list field value (RFC 9110 §5.6.1), blanks trimmed.
-pub(crate) fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
-}
-
-/// True when the list field value `value` holds `token`, in any case.
-pub(crate) fn lists(value: &[u8], token: &[u8]) -> bool {
-    list_items(value).any(|item| item.eq_ignore_ascii_case(token))
 }
 
 /// Who asked, for the upstream's eyes.
@@ -274,6 +171,7 @@ fn forwarded_for_chain(fields: &RequestFields, peer: &HeaderValue) -> HeaderValu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::HeaderMap;
 
     use crate::request_fields::tests::map_of as headers;
 
@@ -294,39 +192,6 @@ mod tests {
         strip_hop_by_hop(&mut map);
         assert_eq!(map.len(), 1, "{map:?}");
         assert_eq!(map["accept"], "*/*");
-    }
-
-    #[test]
-    fn roles_are_told_in_any_case_and_near_misses_are_end_to_end() {
-        for (name, expected) in [
-            ("Connection", Role::Connection),
-            ("KEEP-ALIVE", Role::HopByHop),
-            ("Te", Role::HopByHop),
-            ("trailer", Role::HopByHop),
-            ("Transfer-Encoding", Role::TransferEncoding),
-            ("Upgrade", Role::Upgrade),
-            ("Content-Length", Role::ContentLength),
-            ("HOST", Role::Host),
-            ("hosts", Role::EndToEnd),
-            ("Proxy-Authenticate", Role::HopByHop),
-            ("proxy-", Role::HopByHop),
-            ("tex", Role::EndToEnd),
-            ("trailers", Role::EndToEnd),
-            ("upgrades", Role::EndToEnd),
-            ("content-type", Role::EndToEnd),
-            ("proxy", Role::EndToEnd),
-            ("x-proxy-id", Role::EndToEnd),
-            ("X-HTTP-Method-Override", Role::Override),
-            ("x-http-method", Role::Override),
-            ("X-Method-Override", Role::Override),
-            ("X-Original-URL", Role::Override),
-            ("x-rewrite-url", Role::Override),
-            ("x-http-methods", Role::EndToEnd),
-            ("x-original-uri", Role::EndToEnd),
-            ("", Role::EndToEnd),
-        ] {
-            assert_eq!(role(name.as_bytes()), expected, "{name:?}");
-        }
     }
 
     #[test]

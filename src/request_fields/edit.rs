@@ -7,7 +7,7 @@ use http::header::{COOKIE, HOST, TRANSFER_ENCODING};
 use http::{HeaderName, HeaderValue};
 
 use super::{FieldLines, RequestFields};
-use crate::proxy::headers::{Role, list_items};
+use crate::http1::fields::{Role, list_items};
 
 /// A field that may appear once appeared on more than one line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 use super::*;
-use crate::proxy::headers::role;
+use crate::http1::fields::{is_visible_text, role, same_name, visible_text};
 use proptest::collection::vec;
 use proptest::prelude::*;
 

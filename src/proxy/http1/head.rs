@@ -107,29 +107,6 @@ pub(crate) fn encode_head(
     buf.extend_from_slice(b"\r\n");
 }
 
-/// A head line, `name: value\r\n`.
-pub(crate) fn encode_field(buf: &mut Vec<u8>, name: impl AsRef<[u8]>, value: &[u8]) {
-    let name = name.as_ref();
-    buf.reserve(name.len() + value.len() + 4);
-    buf.extend_from_slice(name);
-    buf.extend_from_slice(b": ");
-    buf.extend_from_slice(value);
-    buf.extend_from_slice(b"\r\n");
-}
-
-/// `n` in lowercase hexadecimal, written into `out`.
-pub(crate) fn hex(mut n: usize, out: &mut [u8; 16]) -> &[u8] {
-    let mut start = out.len();
-    loop {
-        start -= 1;
-        out[start] = b"0123456789abcdef"[n & 0xf];
-        n >>= 4;
-        if n == 0 {
-            return &out[start..];
-        }
-    }
-}
-
 /// How the body of a response is delimited (RFC 9112 §6.3). Transfer-Encoding wins over
 /// Content-Length, which the client then does not see.
 fn response_framing(
@@ -176,6 +153,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    use crate::http1::encode::hex;
     use crate::request_fields::RequestFields;
     use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 

@@ -36,10 +36,10 @@ pub use deadlines::ExchangeDeadlines;
 pub(crate) use head::encode_head;
 pub use stream::{Stream, Upgraded};
 
+pub(crate) use crate::http1::encode::{encode_field, hex};
 use body::decode;
 use deadlines::Waiting;
 use head::parse_head;
-pub(crate) use head::{encode_field, hex};
 use upload::Upload;
 
 /// Longest response head (status line and fields), and longest trailer section, accepted.

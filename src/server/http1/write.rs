@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::added_fields::AddedFields;
-use crate::proxy::http1::{encode_field, hex};
+use crate::http1::encode::{encode_field, hex};
 use crate::respond::ResponseBody;
 use crate::upstream_fields::UpstreamFields;
 
