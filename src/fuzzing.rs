@@ -8,12 +8,12 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Version};
 use http_body_util::{Either, Empty};
 
+use crate::canonical::ProxyRequest;
 use crate::canonical::path::{self, EscapedSlashes};
 use crate::canonical::{
     BadRequest, Policy, Request, TrailerFilter, Underscores, canonicalize, host,
 };
 use crate::proxy::headers::{Role, role};
-use crate::proxy::request::ProxyRequest;
 use crate::request_fields::RequestFields;
 
 /// A path's canonical form is canonical, ASCII and origin-form.

@@ -8,6 +8,7 @@
 //! field, none that `Connection` named, no Host and (by default) no name with `_`; `host` is the
 //! one valid host it asked for; `target` is its canonical path and its query as sent.
 
+mod arriving;
 pub mod host;
 pub mod path;
 mod trailers;
@@ -19,17 +20,19 @@ use bytes::Bytes;
 use http::header::UPGRADE;
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, Uri, Version};
-use http_body_util::Either;
+use http_body_util::{Either, Empty};
 use hyper::upgrade::OnUpgrade;
 
-use crate::proxy::headers::wants_upgrade;
-use crate::proxy::request::ProxyRequest;
-use crate::proxy::upstream::UpstreamBody;
 use crate::request_fields::RequestFields;
+pub use arriving::{ArrivingBody, ProxyRequest};
 pub use host::HostError;
 pub use path::{EscapedSlashes, PathError};
 pub use trailers::{ClientBody, TrailerFilter};
-pub use upgrade::allowed_upgrade;
+pub use upgrade::{allowed_upgrade, wants_upgrade};
+
+/// Body sent upstream: the client's streamed body, or nothing (retries, health checks, and
+/// the bodiless requests the gateway's own HTTP/1.1 server reads).
+pub type UpstreamBody = Either<ClientBody, Empty<Bytes>>;
 
 /// What to do with a field name that has a `_` (nginx `underscores_in_headers`, Envoy
 /// `headers_with_underscores_action`): upstreams that fold `_` into `-` would read

@@ -3,8 +3,26 @@
 //! belong here: `h2c` never does, as it would turn the tunnel into unlimited HTTP/2.
 
 use http::HeaderValue;
+use http::header::{CONNECTION, UPGRADE};
 
-use crate::http1::fields::list_items;
+use crate::http1::fields::{list_items, lists, visible_text};
+use crate::request_fields::RequestFields;
+
+/// True when the request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
+pub fn wants_upgrade(fields: &RequestFields) -> bool {
+    fields.contains(&UPGRADE) && connection_has(fields, "upgrade")
+}
+
+/// True when a `Connection` field lists `token` (case-insensitive, over every line).
+/// (`contains` first: it finds Connection by role, and most requests have none, where walking
+/// the values cost ~90 instructions.)
+pub fn connection_has(fields: &RequestFields, token: &str) -> bool {
+    fields.contains(&CONNECTION)
+        && fields
+            .get_all(&CONNECTION)
+            .filter(|list| visible_text(list).is_some())
+            .any(|list| lists(list, token.as_bytes()))
+}
 
 /// The protocols of `offered` (an Upgrade field value) that `allowed` names (lower-case
 /// protocol names, as the config holds them), in the client's order; None when none is.

@@ -2,7 +2,6 @@
 //! cross the proxy, and the upstream learns who asked through X-Forwarded-*.
 
 use bytes::Bytes;
-use http::header::{CONNECTION, UPGRADE};
 use http::{HeaderName, HeaderValue};
 
 pub use crate::http1::fields::strip_hop_by_hop;
@@ -14,22 +13,6 @@ use crate::request_id::{RequestId, X_REQUEST_ID};
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 pub const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
-
-/// True when the request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
-pub fn wants_upgrade(fields: &RequestFields) -> bool {
-    fields.contains(&UPGRADE) && connection_has(fields, "upgrade")
-}
-
-/// True when a `Connection` field lists `token` (case-insensitive, over every line).
-/// (`contains` first: it finds Connection by role, and most requests have none, where walking
-/// the values cost ~90 instructions.)
-pub fn connection_has(fields: &RequestFields, token: &str) -> bool {
-    fields.contains(&CONNECTION)
-        && fields
-            .get_all(&CONNECTION)
-            .filter(|list| visible_text(list).is_some())
-            .any(|list| lists(list, token.as_bytes()))
-}
 
 /// Who asked, for the upstream's eyes.
 pub struct Forwarded<'a> {
@@ -171,7 +154,9 @@ fn forwarded_for_chain(fields: &RequestFields, peer: &HeaderValue) -> HeaderValu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::canonical::wants_upgrade;
     use http::HeaderMap;
+    use http::header::UPGRADE;
 
     use crate::request_fields::tests::map_of as headers;
 

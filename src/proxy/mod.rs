@@ -9,7 +9,6 @@ mod forward;
 pub mod headers;
 mod health;
 pub mod http1;
-pub mod request;
 mod tunnel;
 pub mod upstream;
 
@@ -22,6 +21,7 @@ use http::{HeaderName, HeaderValue, Method, Response};
 use tokio_util::sync::CancellationToken;
 
 use crate::added_fields::Added;
+use crate::canonical::ProxyRequest;
 use crate::canonical::{self, Host, TrailerFilter};
 use crate::client_ip::ClientIpPolicy;
 use crate::clock::{Clock, SystemClock};
@@ -38,7 +38,6 @@ use crate::store::redis::RedisStore;
 use admit::Admission;
 use headers::Forwarded;
 use prometheus_client::metrics::histogram::Histogram;
-use request::ProxyRequest;
 use upstream::{ClientDeadlines, UpstreamPool};
 
 /// Everything a request needs, built once from a validated config.

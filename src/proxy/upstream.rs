@@ -10,7 +10,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::uri::PathAndQuery;
 use http::{Method, Response, Uri};
-use http_body_util::{Either, Empty};
 use hyper_rustls::{FixedServerNameResolver, HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 
@@ -18,15 +17,12 @@ use super::connections::{Connections, PooledBody, SendError};
 use super::headers::SetFields;
 use super::health::ServerHealth;
 use super::http1::ExchangeDeadlines;
-use crate::canonical::ClientBody;
 use crate::config::{Balance, HealthCheck, ServerConfig, UpstreamConfig, UpstreamServer};
 use crate::metrics::TimeoutCounters;
 use crate::request_fields::RequestFields;
 use crate::tls::upstream::{UpstreamTls, client_config};
 
-/// Body sent upstream: the client's streamed body, or nothing (retries, health checks, and
-/// the bodiless requests the gateway's own HTTP/1.1 server reads).
-pub type UpstreamBody = Either<ClientBody, Empty<Bytes>>;
+pub use crate::canonical::UpstreamBody;
 
 /// A request head as it goes upstream: the client's fields, to which the gateway's own are
 /// added as it is written (`SetFields`).

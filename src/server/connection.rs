@@ -29,7 +29,7 @@ use super::hyper_conn::HyperServers;
 use super::only_when_woken::OnlyWhenWoken;
 use super::served_body::ServedBody;
 use super::watch::{Activity, Answering, IdleWatch, Verdict, WatchedDeadlines};
-use crate::proxy::request::ProxyRequest;
+use crate::canonical::ProxyRequest;
 use crate::proxy::{self, ClientConnection, Runtime};
 use crate::respond::ResponseBody;
 

@@ -24,8 +24,8 @@ use http_body_util::{Either, Empty};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::watch::{Activity, Answering};
+use crate::canonical::ProxyRequest;
 use crate::proxy::headers::{Role, lists, role};
-use crate::proxy::request::ProxyRequest;
 use crate::proxy::{self, ClientConnection, Runtime};
 use crate::request_fields::{FieldLines, RequestFields};
 use crate::respond::ResponseBody;
