@@ -82,7 +82,10 @@ fn a_name_longer_than_128_bytes_is_refused() {
         "{VALID}\n[[upstreams]]\nname = \"up2\"\nservers = [\"http://127.0.0.1:1\"]\n\n[[routes]]\nname = \"{long}\"\nupstream = \"up2\"\n"
     );
     let rendered = parse_str(&text, "gw.toml").unwrap_err().to_string();
-    assert!(rendered.contains(".name: expected a name of at most 128 bytes"), "{rendered}");
+    assert!(
+        rendered.contains(".name: expected a name of at most 128 bytes"),
+        "{rendered}"
+    );
     let fits = text.replace(&long, &"r".repeat(128));
     parse_str(&fits, "gw.toml").unwrap();
 }
