@@ -42,7 +42,7 @@ use admin::AdminState;
 use connection::{ConnectionSettings, Protocols};
 pub use drain::Drain;
 #[cfg(fuzzing)]
-pub use http1::parse_for_fuzzing;
+pub use http1::{Parsed, parse_for_fuzzing};
 use hyper_conn::HyperServers;
 use reload::Generation;
 pub use reload::{ReloadError, Reloader, watch_files};
