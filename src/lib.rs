@@ -10,7 +10,7 @@ pub mod clock;
 pub mod config;
 pub mod echo;
 pub mod edge;
-#[cfg(fuzzing)]
+#[cfg(any(test, fuzzing))]
 pub mod fuzzing;
 pub mod ip_set;
 pub mod limit;

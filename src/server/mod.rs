@@ -41,7 +41,7 @@ use crate::tls::server::{CertResolver, acceptor};
 use admin::AdminState;
 use connection::{ConnectionSettings, Protocols};
 pub use drain::Drain;
-#[cfg(fuzzing)]
+#[cfg(any(test, fuzzing))]
 pub use http1::{Parsed, parse_for_fuzzing};
 use hyper_conn::HyperServers;
 use reload::Generation;

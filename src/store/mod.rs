@@ -11,7 +11,7 @@ pub mod node;
 pub mod pipe;
 pub mod redis;
 mod resp;
-#[cfg(fuzzing)]
+#[cfg(any(test, fuzzing))]
 pub use resp::{
     Frame, LONGEST_BULK, Value as ReplyValue, parse as parse_reply, tree as reply_tree,
 };

@@ -44,7 +44,7 @@ use upload::Upload;
 
 /// The response head parser and body decoder as a connection uses them: for the fuzz targets
 /// (`crate::fuzzing`).
-#[cfg(fuzzing)]
+#[cfg(any(test, fuzzing))]
 pub mod for_fuzzing {
     use bytes::{Bytes, BytesMut};
     use http_body::Frame;

@@ -241,7 +241,7 @@ pub enum Parsed {
 }
 
 /// What the own server makes of `bytes`: for the fuzz targets.
-#[cfg(fuzzing)]
+#[cfg(any(test, fuzzing))]
 pub fn parse_for_fuzzing(bytes: &[u8]) -> Parsed {
     parse_request(&mut BytesMut::from(bytes))
 }
