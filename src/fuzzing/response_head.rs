@@ -44,6 +44,9 @@ pub fn response_head(bytes: &[u8]) {
             }
         }
         (Err(_), Err(_)) => {}
+        // By design: at most 32 trailer fields (`body::decode_trailers`), where hyper takes
+        // as many as head fields (128 for both here, so a head with too many fails both).
+        (Err(own), Ok(_)) if own.ends_with("too many headers") => {}
         _ => panic!("own {whole:?} vs hyper {hyper:?}"),
     }
 }
