@@ -31,8 +31,11 @@ pub use request_head::request_head;
 pub use resp_reply::resp_reply;
 pub use response_head::response_head;
 
-/// Each target in `fuzz/` and the function it calls.
-pub const TARGETS: [(&str, fn(&[u8])); 8] = [
+/// A target in `fuzz/` and the function it calls.
+pub type Target = (&'static str, fn(&[u8]));
+
+/// Every target in `fuzz/`.
+pub const TARGETS: [Target; 8] = [
     ("canonical_path", path),
     ("canonical_host", host),
     ("canonical_request", request),

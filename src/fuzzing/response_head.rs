@@ -68,11 +68,10 @@ fn read(wire: &[u8], pieces: &[usize], head_request: bool) -> Result<Read, Strin
     };
     let head = loop {
         match parse_head(&mut buf, head_request).map_err(|e| e.to_string())? {
-            Some(head) if head.response.status().is_informational() => {
-                if head.response.status() == StatusCode::SWITCHING_PROTOCOLS {
-                    break head;
-                }
-            }
+            // An interim answer: what follows it may begin the response.
+            Some(head)
+                if head.response.status().is_informational()
+                    && head.response.status() != StatusCode::SWITCHING_PROTOCOLS => {}
             Some(head) => break head,
             None if buf.len() >= MAX_HEAD_BYTES => return Err("head too large".into()),
             None if !arrive(&mut buf) => return Err("closed inside the head".into()),
