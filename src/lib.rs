@@ -13,7 +13,7 @@ pub mod clock;
 pub mod config;
 pub mod echo;
 pub mod edge;
-#[cfg(fuzzing)]
+#[cfg(any(test, fuzzing))]
 pub mod fuzzing;
 pub mod http1;
 pub mod ip_set;

@@ -124,7 +124,7 @@ fn canonical_as_it_is(raw: &[u8]) -> Option<usize> {
 }
 
 /// For the fuzz target: the one-pass check takes nothing the full check would change.
-#[cfg(fuzzing)]
+#[cfg(any(test, fuzzing))]
 pub fn check_the_fast_path(raw: &[u8]) {
     if let Some(name_len) = canonical_as_it_is(raw) {
         let full = checked_in_full(raw).expect("a host taken as it is is valid");

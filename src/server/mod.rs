@@ -41,8 +41,8 @@ use crate::tls::server::{CertResolver, acceptor};
 use admin::AdminState;
 use connection::{ConnectionSettings, Protocols};
 pub use drain::Drain;
-#[cfg(fuzzing)]
-pub use http1::parse_for_fuzzing;
+#[cfg(any(test, fuzzing))]
+pub use http1::{Parsed, parse_for_fuzzing};
 use hyper_conn::HyperServers;
 use reload::Generation;
 pub use reload::{ReloadError, Reloader, watch_files};

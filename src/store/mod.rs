@@ -11,6 +11,10 @@ pub mod node;
 pub mod pipe;
 pub mod redis;
 mod resp;
+#[cfg(any(test, fuzzing))]
+pub use resp::{
+    Frame, LONGEST_BULK, Value as ReplyValue, parse as parse_reply, tree as reply_tree,
+};
 pub mod script;
 mod tiers;
 pub mod warm;

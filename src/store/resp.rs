@@ -9,11 +9,11 @@ const MOST_NESTING: usize = 8;
 /// The longest bulk reply taken: the gateway's replies are a few KiB at most (32 bytes a
 /// window, 256 windows a merged call; a tier's name), so a longer one is a server that is not
 /// answering what was asked, and is not buffered (Redis' own limit is 512 MiB).
-const LONGEST_BULK: usize = 1024 * 1024;
+pub const LONGEST_BULK: usize = 1024 * 1024;
 
 /// One RESP2 reply, as positions in the buffer it was read from.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Frame {
+pub enum Frame {
     Status(Range<usize>),
     Error(Range<usize>),
     Integer(i64),
@@ -23,7 +23,7 @@ pub(super) enum Frame {
 }
 
 /// The first whole reply in `buffer` and its length; None while it is incomplete.
-pub(super) fn parse(buffer: &[u8]) -> Result<Option<(Frame, usize)>, String> {
+pub fn parse(buffer: &[u8]) -> Result<Option<(Frame, usize)>, String> {
     parse_at(buffer, 0, 0)
 }
 

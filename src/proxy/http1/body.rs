@@ -111,6 +111,12 @@ fn decode_trailers(
     let mut fields = [httparse::EMPTY_HEADER; 32];
     let (length, trailers) = match httparse::parse_headers(buf, &mut fields) {
         Ok(httparse::Status::Complete((length, fields))) => {
+            // Each trailer line ends in CRLF (RFC 9112 §7.1), as chunk lines do: httparse
+            // takes a bare LF, and a section "ended" by one is not where hyper (which looks
+            // for CRLF CRLF) or the upstream may end it.
+            if has_bare_lf(&buf[..length]) {
+                return Err(ExchangeError::Framing("bare LF in the trailer section"));
+            }
             let mut trailers = HeaderMap::with_capacity(fields.len());
             for field in fields {
                 let name = HeaderName::from_bytes(field.name.as_bytes());
@@ -128,6 +134,10 @@ fn decode_trailers(
     buf.advance(length);
     *framing = Framing::Done;
     Ok(Some(Frame::trailers(trailers)))
+}
+
+fn has_bare_lf(section: &[u8]) -> bool {
+    (section.iter().enumerate()).any(|(at, &b)| b == b'\n' && (at == 0 || section[at - 1] != b'\r'))
 }
 
 /// Where the first line of `buf` ends (its CR of CRLF); an error if no line end comes within
@@ -256,11 +266,21 @@ mod tests {
         ] {
             assert_eq!(chunk_size(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
-        let cases: [(&[u8], &str); 4] = [
+        let cases: [(&[u8], &str); 6] = [
             (b"zz\r\n", "invalid chunk size line"),
             (b"5\nhello", "bare LF in chunk line"),
             (b"5\rhello", "bare CR in chunk line"),
             (b"3\r\nabcXX", "chunk data not followed by CRLF"),
+            // Found by fuzz/response_head against hyper, which ends the section at CRLF CRLF
+            // only: here ours ended it at the bare LF's empty line.
+            (
+                b"0\r\nx-a: 1\n\nx-b: 2\r\n\r\n",
+                "bare LF in the trailer section",
+            ),
+            (
+                b"0\r\nx-a: 1\r\nx-b: 2\n\r\n",
+                "bare LF in the trailer section",
+            ),
         ];
         for (wire, reason) in cases {
             let error = decode_in_pieces(Framing::Chunked(Chunk::Size), wire, &[64]).unwrap_err();

@@ -7,6 +7,7 @@ use smallvec::SmallVec;
 
 use super::head::parse_decimal;
 use crate::proxy::headers::{Role, list_items, role};
+use crate::request_fields::is_visible_text;
 use crate::upstream_fields::UpstreamFields;
 
 /// What the response's Connection fields say.
@@ -80,7 +81,13 @@ impl<'h> ReadFields<'h> {
                 Role::Upgrade if upgrading => read.kept.push(name, field.value),
                 Role::Connection => read.connection.add(field.value),
                 Role::TransferEncoding => {
-                    let last = field.value.rsplit(|&b| b == b',').next().unwrap_or(&[]);
+                    // A value that is not text (obs-text) holds no coding that can be named:
+                    // not chunked, so only the close ends the body and nothing reuses the
+                    // connection, as hyper reads it.
+                    let last = match is_visible_text(field.value) {
+                        true => field.value.rsplit(|&b| b == b',').next().unwrap_or(&[]),
+                        false => &[],
+                    };
                     read.transfer_coding = Some(last.trim_ascii());
                 }
                 Role::ContentLength => read.add_length(field.value),

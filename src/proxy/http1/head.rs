@@ -60,7 +60,7 @@ fn read_fields(
     head_length: usize,
 ) -> Result<ResponseHead, ExchangeError> {
     let read = ReadFields::of(response.status(), fields, head_length);
-    let framing = response_framing(response.status(), head_request, &read)?;
+    let framing = response_framing(&response, head_request, &read)?;
     let keep_alive = read.connection.keeps_alive(response.version())
         && !matches!(framing, Framing::UntilClose | Framing::Upgraded);
     let mut kept = read.kept;
@@ -110,10 +110,11 @@ pub(crate) fn encode_head(
 /// How the body of a response is delimited (RFC 9112 §6.3). Transfer-Encoding wins over
 /// Content-Length, which the client then does not see.
 fn response_framing(
-    status: StatusCode,
+    response: &Response<()>,
     head_request: bool,
     read: &ReadFields<'_>,
 ) -> Result<Framing, ExchangeError> {
+    let status = response.status();
     if status == StatusCode::SWITCHING_PROTOCOLS {
         return Ok(Framing::Upgraded);
     }
@@ -125,6 +126,13 @@ fn response_framing(
         return Ok(Framing::Done);
     }
     if let Some(coding) = read.transfer_coding {
+        // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing; its
+        // sender may mean something else by the bytes that follow (hyper refuses it too).
+        if response.version() == Version::HTTP_10 {
+            return Err(ExchangeError::Framing(
+                "Transfer-Encoding in an HTTP/1.0 response",
+            ));
+        }
         return Ok(if coding.eq_ignore_ascii_case(b"chunked") {
             Framing::Chunked(Chunk::Size)
         } else {
@@ -287,6 +295,21 @@ mod tests {
             framing_of(200, false, &[("transfer-encoding", "chunked, gzip")]).ok(),
             Some(Framing::UntilClose)
         );
+        // Found by fuzz/response_head against hyper: a value with a byte that is not text
+        // names no coding, so nothing says chunked.
+        assert_eq!(
+            framing_of(200, false, &[("transfer-encoding", "g\u{e9}zip, chunked")]).ok(),
+            Some(Framing::UntilClose)
+        );
+        // Found by fuzz/response_head against hyper: Transfer-Encoding in HTTP/1.0 is faulty
+        // framing (RFC 9112 §6.1), not a chunked body after which the connection is reused.
+        let keep_alive = [
+            ("transfer-encoding", "chunked"),
+            ("connection", "keep-alive"),
+        ];
+        assert!(head_of("HTTP/1.0 200 OK", false, &keep_alive).is_err());
+        // Without a body to frame, the field frames nothing and is left out.
+        assert!(head_of("HTTP/1.0 204 No Content", false, &keep_alive).is_ok());
         for bad in ["5, 6", "-5", "+5", "5 5", "0x5", "", "99999999999999999999"] {
             assert!(
                 framing_of(200, false, &[("content-length", bad)]).is_err(),

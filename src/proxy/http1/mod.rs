@@ -42,6 +42,32 @@ use deadlines::Waiting;
 use head::parse_head;
 use upload::Upload;
 
+/// The response head parser and body decoder as a connection uses them: for the fuzz targets
+/// (`crate::fuzzing`).
+#[cfg(any(test, fuzzing))]
+pub mod for_fuzzing {
+    use bytes::{Bytes, BytesMut};
+    use http_body::Frame;
+
+    use super::{ExchangeError, Framing, ResponseHead};
+
+    pub const MAX_HEAD_BYTES: usize = super::MAX_HEAD_BYTES;
+
+    pub fn parse_head(
+        buf: &mut BytesMut,
+        head_request: bool,
+    ) -> Result<Option<ResponseHead>, ExchangeError> {
+        super::parse_head(buf, head_request)
+    }
+
+    pub fn decode(
+        framing: &mut Framing,
+        buf: &mut BytesMut,
+    ) -> Result<Option<Frame<Bytes>>, ExchangeError> {
+        super::decode(framing, buf)
+    }
+}
+
 /// Longest response head (status line and fields), and longest trailer section, accepted.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 /// First read size of a connection; doubles while reads fill it, up to `MAX_READ`.

@@ -232,7 +232,7 @@ fn asks_to_close(headers: &HeaderMap) -> bool {
 
 // Returned once a request and matched at once: boxing the request would cost an allocation.
 #[expect(clippy::large_enum_variant)]
-enum Parsed {
+pub enum Parsed {
     Request(ProxyRequest),
     /// More bytes are needed.
     Partial,
@@ -240,13 +240,10 @@ enum Parsed {
     Other,
 }
 
-/// The request the own server reads from `bytes`, if it serves it: for the fuzz targets.
-#[cfg(fuzzing)]
-pub fn parse_for_fuzzing(bytes: &[u8]) -> Option<ProxyRequest> {
-    match parse_request(&mut BytesMut::from(bytes)) {
-        Parsed::Request(request) => Some(request),
-        Parsed::Partial | Parsed::Other => None,
-    }
+/// What the own server makes of `bytes`: for the fuzz targets.
+#[cfg(any(test, fuzzing))]
+pub fn parse_for_fuzzing(bytes: &[u8]) -> Parsed {
+    parse_request(&mut BytesMut::from(bytes))
 }
 
 /// The request head at the start of `read`, split off it when it is one served here; when
