@@ -16,7 +16,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 
 use super::runtime;
-use crate::proxy::request::ProxyRequest;
+use crate::canonical::ProxyRequest;
 use crate::server::{Parsed, parse_for_fuzzing};
 
 /// A request head as read: its field names in lowercase, in order.

@@ -6,8 +6,8 @@ use http::{StatusCode, Version};
 use smallvec::SmallVec;
 
 use super::head::parse_decimal;
+use crate::http1::fields::is_visible_text;
 use crate::proxy::headers::{Role, list_items, role};
-use crate::request_fields::is_visible_text;
 use crate::upstream_fields::UpstreamFields;
 
 /// What the response's Connection fields say.
