@@ -68,16 +68,7 @@ async fn ask_and_read_nothing(gateway: &TestGateway, via: Via) -> Box<dyn std::a
         assert_eq!(response.status(), StatusCode::OK);
         return Box::new((sender, response));
     }
-    // `TE: trailers` is a field the own server leaves to hyper.
-    let te = if via == Via::Hyper {
-        "TE: trailers\r\n"
-    } else {
-        ""
-    };
-    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    let head = format!("GET /huge HTTP/1.1\r\nHost: test\r\n{te}\r\n");
-    stream.write_all(head.as_bytes()).await.unwrap();
-    Box::new(stream)
+    Box::new(common::recording::sent_get(gateway.addr, via, "/huge").await)
 }
 
 #[tokio::test]

@@ -93,14 +93,7 @@ async fn read_cut_response(gateway: &TestGateway, via: Via) -> (Vec<u8>, Duratio
         assert!(matches!(reset, Some(Err(_))), "not reset: {reset:?}");
         return (first.into_data().unwrap().to_vec(), started.elapsed());
     }
-    let te = if via == Via::Hyper {
-        "TE: trailers\r\n"
-    } else {
-        ""
-    };
-    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    let head = format!("GET /stall HTTP/1.1\r\nHost: test\r\n{te}\r\n");
-    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut stream = common::recording::sent_get(gateway.addr, via, "/stall").await;
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
     while !seen.ends_with(b"hello") {

@@ -121,19 +121,39 @@ pub async fn get_via(addr: SocketAddr, via: Via, target: &str, fields: &[(&str, 
 /// Sends `raw` to the gateway at `addr` the way `via` says and returns the status.
 pub async fn status_via(addr: SocketAddr, via: Via, raw: &Raw<'_>) -> u16 {
     match via {
-        Via::Own | Via::Hyper => {
-            let mut head = format!("{} {} HTTP/1.1\r\n", raw.method, raw.target);
-            for (name, value) in raw.fields {
-                head.push_str(&format!("{name}: {value}\r\n"));
-            }
-            if via == Via::Hyper {
-                head.push_str("TE: trailers\r\n");
-            }
-            head.push_str("\r\n");
-            raw_status(addr, head.as_bytes()).await
-        }
+        Via::Own | Via::Hyper => raw_status(addr, http1_head(via, raw).as_bytes()).await,
         Via::H2 => h2_status(addr, raw).await,
     }
+}
+
+/// `raw` as an HTTP/1.1 head for the server `via` names (Own or Hyper).
+pub fn http1_head(via: Via, raw: &Raw<'_>) -> String {
+    let mut head = format!("{} {} HTTP/1.1\r\n", raw.method, raw.target);
+    for (name, value) in raw.fields {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if via == Via::Hyper {
+        head.push_str("TE: trailers\r\n");
+    }
+    head.push_str("\r\n");
+    head
+}
+
+/// A new connection on which `GET target` was sent (Host `test`) to the HTTP/1 server `via`
+/// names, for a test that then reads the answer, or does not.
+pub async fn sent_get(addr: SocketAddr, via: Via, target: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let raw = Raw {
+        method: "GET",
+        target,
+        fields: &[("Host", "test")],
+    };
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(http1_head(via, &raw).as_bytes())
+        .await
+        .unwrap();
+    stream
 }
 
 /// Sends `bytes` on a new connection and reads one response's status line.
