@@ -206,19 +206,25 @@ async fn reading_upstream() -> TestUpstream {
     .await
 }
 
+/// Sends a POST head for 100 bytes and only 10 of them, then reads until the gateway closes
+/// the connection: what came, whether it closed within 10 s, and after how long.
+async fn send_a_tenth_of_a_body(gateway: &TestGateway) -> (String, bool, Duration) {
+    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
+    let head = "POST /upload HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n0123456789";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let sent_at = Instant::now();
+    let (answer, closed) = read_until_closed(&mut stream, Duration::from_secs(10)).await;
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    (answer, closed, sent_at.elapsed())
+}
+
 #[tokio::test]
 async fn a_client_that_stops_sending_its_body_gets_408_over_http1_and_http2() {
     let upstream = reading_upstream().await;
     let server = "body_read_timeout = \"300ms\"";
     let gateway = gateway_for(&upstream.url(), "", server).await;
 
-    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    let head = "POST /upload HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n0123456789";
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let sent_at = Instant::now();
-    let (answer, closed) = read_until_closed(&mut stream, Duration::from_secs(10)).await;
-    let after = sent_at.elapsed();
-    let answer = String::from_utf8_lossy(&answer);
+    let (answer, closed, after) = send_a_tenth_of_a_body(&gateway).await;
     assert!(
         answer.starts_with("HTTP/1.1 408 Request Timeout"),
         "{answer}"
@@ -253,13 +259,7 @@ async fn a_body_that_stops_while_its_answer_streams_ends_the_answer() {
         .unwrap();
     let server = "body_read_timeout = \"300ms\"";
     let gateway = gateway_for(&format!("http://{echo}"), "", server).await;
-    let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    let head = "POST /upload HTTP/1.1\r\nHost: test\r\nContent-Length: 100\r\n\r\n0123456789";
-    stream.write_all(head.as_bytes()).await.unwrap();
-    let sent_at = Instant::now();
-    let (answer, closed) = read_until_closed(&mut stream, Duration::from_secs(10)).await;
-    let after = sent_at.elapsed();
-    let answer = String::from_utf8_lossy(&answer);
+    let (answer, closed, after) = send_a_tenth_of_a_body(&gateway).await;
     // The echo answered at once and streamed back what came; then the answer was cut.
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.ends_with("0123456789"), "{answer}");
