@@ -316,3 +316,22 @@ async fn debug_limited_lists_the_abusive_identity_first_hashed() {
         "{identity}"
     );
 }
+
+/// An admin connection that never sends a request is closed at `header_read_timeout`, as a
+/// proxy connection is: the admin listener has no slot limit, so none may stay for good.
+#[tokio::test]
+async fn a_silent_admin_connection_is_closed_at_header_read_timeout() {
+    let upstream = TestUpstream::ok("ok").await;
+    let text = format!("header_read_timeout = \"500ms\"\n{}", config(&upstream));
+    let gateway = TestGateway::start(&text).await;
+    let admin = gateway.admin_addr.expect("an admin listener");
+    let mut silent = tokio::net::TcpStream::connect(admin).await.unwrap();
+    let opened = std::time::Instant::now();
+    let (_, closed) = read_until_closed(&mut silent, Duration::from_secs(5)).await;
+    assert!(closed, "the silent admin connection stayed open");
+    assert!(
+        opened.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        opened.elapsed()
+    );
+}

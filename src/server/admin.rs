@@ -7,6 +7,7 @@
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -14,7 +15,7 @@ use http::{Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -33,7 +34,18 @@ pub(super) struct AdminState {
     pub draining: Arc<AtomicBool>,
 }
 
-pub(super) async fn serve(listener: TcpListener, state: AdminState, stop: CancellationToken) {
+/// The longest an admin connection lives: scrapers reconnect, and a peer that stops reading
+/// an answer must not hold its buffers for good.
+const MAX_CONNECTION_LIFE: Duration = Duration::from_secs(300);
+
+/// Serves admin requests until `stop`; a connection that sends no complete request head
+/// within `header_read_timeout` (also between keep-alive requests) is closed.
+pub(super) async fn serve(
+    listener: TcpListener,
+    state: AdminState,
+    header_read_timeout: Duration,
+    stop: CancellationToken,
+) {
     loop {
         let stream = tokio::select! {
             _ = stop.cancelled() => return,
@@ -53,10 +65,13 @@ pub(super) async fn serve(listener: TcpListener, state: AdminState, stop: Cancel
                 async move { Ok::<_, Infallible>(answer) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_read_timeout)
                 .serve_connection(TokioIo::new(stream), service);
             // A scraper's keep-alive connection must not outlive serving.
             tokio::select! {
                 _ = connection => {}
+                _ = tokio::time::sleep(MAX_CONNECTION_LIFE) => {}
                 _ = stop.cancelled() => {}
             }
         });

@@ -199,7 +199,8 @@ impl Gateway {
                 ready: Arc::default(),
                 draining: draining.clone(),
             };
-            tokio::spawn(admin::serve(listener, state, admin_stop));
+            let deadline = self.config.server.header_read_timeout;
+            tokio::spawn(admin::serve(listener, state, deadline, admin_stop));
         }
         let serving = Serving {
             runtime: self.runtime.clone(),
