@@ -6,9 +6,7 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Version};
-use http_body_util::{Either, Empty};
+use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
 use crate::canonical::ProxyRequest;
 use crate::canonical::path::{self, EscapedSlashes};
@@ -17,11 +15,11 @@ use crate::canonical::{
 };
 use crate::proxy::headers::{Role, role};
 use crate::request_fields::RequestFields;
-use crate::server::Parsed;
+use crate::server::{ReadRequest, read_for_fuzzing};
 
 mod config;
 mod forwarded;
-mod request_head;
+pub mod request_head;
 mod resp_reply;
 mod response_head;
 
@@ -90,7 +88,7 @@ pub fn host(bytes: &[u8]) {
 /// same canonical request or the same refusal, and a canonical request keeps the invariants of
 /// `crate::canonical`.
 pub fn request(bytes: &[u8]) {
-    let Parsed::Request(own) = crate::server::parse_for_fuzzing(bytes) else {
+    let ReadRequest::Request(own, _) = read_for_fuzzing(bytes) else {
         return;
     };
     let mapped = as_map(&own, bytes);
@@ -176,10 +174,10 @@ fn as_map(request: &ProxyRequest, bytes: &[u8]) -> ProxyRequest {
     ProxyRequest {
         method: request.method.clone(),
         uri: request.uri.clone(),
-        version: Version::HTTP_11,
+        version: request.version,
         fields: RequestFields::Map(map),
         upgrade: None,
-        body: Either::Right(Empty::<Bytes>::new()),
+        body: crate::canonical::ArrivingBody::None,
     }
 }
 

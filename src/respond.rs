@@ -19,6 +19,8 @@ pub use crate::body::ResponseBody;
 pub enum GatewayError {
     #[error("{0}")]
     BadRequest(#[from] crate::canonical::BadRequest),
+    #[error("{0}")]
+    Head(#[from] crate::http1::HeadError),
     #[error("the request carries {part} more than once; limit {limit:?} counts requests by it")]
     RepeatedKey { limit: String, part: String },
     #[error("the request body is malformed: {0}")]
@@ -73,6 +75,7 @@ impl GatewayError {
             GatewayError::BadRequest(crate::canonical::BadRequest::TransferCoding(_)) => {
                 StatusCode::NOT_IMPLEMENTED
             }
+            GatewayError::Head(error) => head_status(error),
             GatewayError::BadRequest(_)
             | GatewayError::RepeatedKey { .. }
             | GatewayError::BadRequestBody(_) => StatusCode::BAD_REQUEST,
@@ -101,6 +104,7 @@ impl GatewayError {
     fn public_detail(&self) -> String {
         match self {
             GatewayError::BadRequest(_)
+            | GatewayError::Head(_)
             | GatewayError::RepeatedKey { .. }
             | GatewayError::BadRequestBody(_)
             | GatewayError::RequestBodyTimeout { .. }
@@ -119,6 +123,24 @@ impl GatewayError {
                 "the upstream server did not answer in time".into()
             }
         }
+    }
+}
+
+/// The status for a request head the HTTP/1 server cannot serve.
+fn head_status(error: &crate::http1::HeadError) -> StatusCode {
+    use crate::http1::HeadError;
+    match error {
+        HeadError::Malformed(_)
+        | HeadError::Target
+        | HeadError::Framing(_)
+        | HeadError::LatePreface => StatusCode::BAD_REQUEST,
+        HeadError::TooLarge(_) | HeadError::TooManyFields(_) => {
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        }
+        // RFC 9110 §15.6.6.
+        HeadError::Version => StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+        // RFC 9112 §6.1: a transfer coding the server does not understand.
+        HeadError::Coding(_) => StatusCode::NOT_IMPLEMENTED,
     }
 }
 

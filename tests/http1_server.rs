@@ -1,6 +1,6 @@
-//! The gateway's own HTTP/1.1 server (src/server/http1.rs), on raw sockets: pipelining, the
-//! hand-over to hyper mid-connection, response framing, the fields it adds, and what it leaves
-//! to hyper (malformed heads, `Connection: close`).
+//! The gateway's own HTTP/1 server (src/server/http1/), on raw sockets: pipelining with and
+//! without bodies, response framing, the fields it adds, malformed heads and `Connection:
+//! close`. tests/http1_server_bodies.rs has 100-continue, HEAD, HTTP/1.0 and upgrades.
 
 mod common;
 
@@ -152,12 +152,11 @@ async fn pipelined_requests_are_answered_in_order_on_one_connection() {
 }
 
 #[tokio::test]
-async fn a_request_with_a_body_is_left_to_hyper_with_the_requests_behind_it() {
+async fn requests_with_bodies_are_answered_in_order_with_the_requests_behind_them() {
     let upstream = echo_upstream().await;
     let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
     let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
-    // Served here, then a body and an `Expect`-less chunked upload (hyper's), then a plain GET
-    // again, all in one write.
+    // A plain GET, a body, a chunked upload, then a plain GET again, all in one write.
     let requests = concat!(
         "GET /first HTTP/1.1\r\nHost: t\r\n\r\n",
         "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello",
@@ -264,14 +263,14 @@ async fn the_gateways_fields_replace_the_upstreams_over_each_protocol() {
         assert_eq!(fields("x-upstream"), ["kept"], "{case}");
     };
 
-    // Served here, and by hyper on the same connection after a request with a body.
+    // Served here, and again on the same connection after a request with a body.
     let mut stream = TcpStream::connect(gateway.addr).await.unwrap();
     let head = "Host: t\r\nX-Request-Id: from-client\r\nX-Api-Key: k\r\n";
     let requests =
         format!("GET / HTTP/1.1\r\n{head}\r\nPOST / HTTP/1.1\r\n{head}Content-Length: 0\r\n\r\n");
     stream.write_all(requests.as_bytes()).await.unwrap();
     let mut buf = BytesMut::new();
-    for case in ["http/1.1 here", "http/1.1 by hyper"] {
+    for case in ["http/1.1 here", "http/1.1 after a body"] {
         let answer = read_answer(&mut stream, &mut buf).await;
         assert_eq!(answer.status, 200, "{case}: {answer:?}");
         let fields = |name: &str| answer.all(name).iter().map(|v| v.to_string()).collect();
@@ -338,7 +337,7 @@ async fn a_denial_carries_its_fields_once_and_the_connection_stays_open() {
 }
 
 #[tokio::test]
-async fn a_malformed_head_gets_hyper_s_400_and_connection_close_is_honoured() {
+async fn a_malformed_head_gets_a_400_and_connection_close_is_honoured() {
     let upstream = TestUpstream::ok("ok").await;
     let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
 
@@ -352,7 +351,7 @@ async fn a_malformed_head_gets_hyper_s_400_and_connection_close_is_honoured() {
     assert!(text.ends_with("\r\n\r\nok"), "{text}");
 }
 
-/// The fields of each request an upstream got, as hyper read them.
+/// The fields of each request an upstream got, as hyper read them there.
 async fn recording_upstream() -> (
     TestUpstream,
     tokio::sync::mpsc::UnboundedReceiver<http::HeaderMap>,
@@ -367,12 +366,11 @@ async fn recording_upstream() -> (
 }
 
 #[tokio::test]
-async fn the_clients_fields_reach_the_upstream_as_they_do_through_hyper() {
+async fn the_clients_fields_reach_the_upstream_alike_whatever_connection_names() {
     let (upstream, mut seen) = recording_upstream().await;
     let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
     // Mixed case, hop-by-hop fields, a spoofed X-Forwarded-For, two Cookie lines, a line
-    // ended by a bare LF. `Connection: keep-alive` alone is served here; naming a field in it
-    // leaves the same request to hyper.
+    // ended by a bare LF; the same request with `Connection` naming a field of its own, too.
     let fields = "Host: api.example.com\r\nKeep-Alive: timeout=5\r\nX-End-To-End: kept\r\n\
                   PROXY-Authorization: Basic abc\r\nTrailer: x-sum\r\nCookie: a=1\r\n\
                   X-Forwarded-For: 203.0.113.9\r\nx-request-id: trace-own\r\nX-Bare: lf\n\
@@ -387,10 +385,10 @@ async fn the_clients_fields_reach_the_upstream_as_they_do_through_hyper() {
         assert_eq!(answer.one("x-request-id"), "trace-own");
         received.push(seen.recv().await.expect("the upstream saw the request"));
     }
-    let [own, hyper] = &received[..] else {
+    let [own, naming] = &received[..] else {
         panic!("{received:?}")
     };
-    assert_eq!(own, hyper);
+    assert_eq!(own, naming);
     for gone in [
         "connection",
         "keep-alive",

@@ -1,39 +1,44 @@
-//! A request as a server parsed it, from hyper or from the own HTTP/1.1 server: what
+//! A request as a server parsed it, from hyper (HTTP/2) or from the own HTTP/1 server: what
 //! `crate::canonical` validates and puts in canonical form before anything reads it.
 
-use bytes::Bytes;
 use http::{Method, Request, Uri, Version};
-use http_body_util::{Either, Empty};
 use hyper::body::Incoming;
-use hyper::upgrade::OnUpgrade;
 
+use crate::http1::request_body::ServerBody;
+use crate::http1::upgrade::PendingUpgrade;
 use crate::request_fields::RequestFields;
 
-/// A request body as it arrives: hyper's stream, or none (the own server reads no bodies).
-pub type ArrivingBody = Either<Incoming, Empty<Bytes>>;
+/// A request body as it arrives.
+pub enum ArrivingBody {
+    None,
+    /// Over HTTP/2, hyper's stream.
+    Hyper(Incoming),
+    /// Over HTTP/1, read by the own server as it is asked for.
+    Http1(ServerBody),
+}
 
 pub struct ProxyRequest {
     pub method: Method,
     pub uri: Uri,
     pub version: Version,
     pub fields: RequestFields,
-    /// How a switch of protocols reaches the client's connection: hyper's, for a request
-    /// that asks for one; the own server serves none.
-    pub upgrade: Option<OnUpgrade>,
+    /// How a switch of protocols reaches the client's connection, for an HTTP/1 request that
+    /// asks for one.
+    pub upgrade: Option<PendingUpgrade>,
     pub body: ArrivingBody,
 }
 
 impl ProxyRequest {
-    /// A request hyper read.
+    /// A request hyper read (HTTP/2: no upgrades).
     pub fn from_hyper(request: Request<Incoming>) -> ProxyRequest {
-        let (mut parts, body) = request.into_parts();
+        let (parts, body) = request.into_parts();
         ProxyRequest {
-            upgrade: parts.extensions.remove::<OnUpgrade>(),
+            upgrade: None,
             method: parts.method,
             uri: parts.uri,
             version: parts.version,
             fields: RequestFields::Map(parts.headers),
-            body: Either::Left(body),
+            body: ArrivingBody::Hyper(body),
         }
     }
 }

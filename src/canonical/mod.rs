@@ -16,12 +16,12 @@ mod upgrade;
 
 use std::sync::Arc;
 
+use crate::http1::upgrade::PendingUpgrade;
 use bytes::Bytes;
 use http::header::UPGRADE;
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, Uri, Version};
 use http_body_util::{Either, Empty};
-use hyper::upgrade::OnUpgrade;
 
 use crate::request_fields::RequestFields;
 pub use arriving::{ArrivingBody, ProxyRequest};
@@ -120,8 +120,8 @@ impl Host {
 pub struct Upgrade {
     /// The protocols offered, as the client listed them.
     pub protocols: HeaderValue,
-    /// How the switched connection reaches hyper's server; HTTP/2 and the own server have none.
-    pub connection: Option<OnUpgrade>,
+    /// How the switched connection reaches the tunnel; HTTP/2 has none.
+    pub connection: Option<PendingUpgrade>,
 }
 
 /// A request in canonical form: the only request the rest of the pipeline sees.
@@ -194,9 +194,13 @@ pub fn canonicalize(raw: ProxyRequest, policy: &Policy) -> Result<Request, BadRe
         std::borrow::Cow::Borrowed(_) => None,
         std::borrow::Cow::Owned(matched) => Some(matched.into_boxed_str()),
     };
+    let trailers = || policy.trailers.clone();
     let body = match body {
-        Either::Left(incoming) => Either::Left(ClientBody::new(incoming, policy.trailers.clone())),
-        Either::Right(empty) => Either::Right(empty),
+        ArrivingBody::None => Either::Right(Empty::new()),
+        ArrivingBody::Hyper(incoming) => {
+            Either::Left(ClientBody::new(Either::Left(incoming), trailers()))
+        }
+        ArrivingBody::Http1(body) => Either::Left(ClientBody::new(Either::Right(body), trailers())),
     };
     Ok(Request {
         method,

@@ -1,6 +1,5 @@
 use super::*;
 use crate::request_fields::tests::{lines_of, map_like};
-use http_body_util::Empty;
 
 fn policy(underscores: Underscores) -> Policy {
     Policy {
@@ -24,7 +23,7 @@ fn both(head: &str, version: Version) -> [ProxyRequest; 2] {
         version,
         fields,
         upgrade: None,
-        body: Either::Right(Empty::new()),
+        body: crate::canonical::ArrivingBody::None,
     })
 }
 

@@ -9,10 +9,12 @@ use std::task::{Context, Poll, ready};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName};
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::Either;
 use hyper::body::Incoming;
 
 use super::Underscores;
 use crate::http1::fields::{Role, role};
+use crate::http1::request_body::{BoxError, ServerBody};
 
 /// Fields never forwarded as trailers besides the hop-by-hop and framing ones: those the
 /// gateway reads (Host, forwarding, request id), credentials and cookies (often keys), and the
@@ -73,25 +75,25 @@ pin_project_lite::pin_project! {
     /// A client's streamed request body whose trailers are filtered on the way through.
     pub struct ClientBody {
         #[pin]
-        inner: Incoming,
+        inner: Either<Incoming, ServerBody>,
         filter: Arc<TrailerFilter>,
     }
 }
 
 impl ClientBody {
-    pub fn new(inner: Incoming, filter: Arc<TrailerFilter>) -> ClientBody {
+    pub fn new(inner: Either<Incoming, ServerBody>, filter: Arc<TrailerFilter>) -> ClientBody {
         ClientBody { inner, filter }
     }
 }
 
 impl Body for ClientBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let mut this = self.project();
         loop {
             let frame = match ready!(this.inner.as_mut().poll_frame(cx)) {

@@ -1,8 +1,8 @@
-//! The own server's request head parser against hyper's HTTP/1 server on the same bytes: a
-//! request served here is one hyper reads too, with the same method, target, version and
-//! field lines; bytes the own server waits on are bytes hyper cannot read a request from.
-//! What the own server leaves to hyper (a body, HTTP/1.0, an upgrade...) hyper answers as it
-//! always did, so those bytes are not compared.
+//! The own HTTP/1 server's request reading against hyper's HTTP/1 server on the same bytes
+//! (followed by the client's close): both take a request or neither does, and when both do,
+//! the method, target, version, fields and body bytes agree. Where the own server is stricter
+//! by design, `differs_by_design` names the rule and its RFC section; anything else that
+//! differs is a finding.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -10,67 +10,150 @@ use std::rc::Rc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, Uri, Version};
-use http_body_util::Empty;
+use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 
 use super::runtime;
 use crate::canonical::ProxyRequest;
-use crate::server::{Parsed, parse_for_fuzzing};
+use crate::http1::HeadError;
+use crate::server::{ReadRequest, read_for_fuzzing};
 
-/// A request head as read: its field names in lowercase, in order.
+/// A request as read: its field names in lowercase, in order of name; its body, or why it
+/// could not be read whole.
 #[derive(Debug, PartialEq)]
-struct Head {
-    method: Method,
-    target: Uri,
-    version: Version,
-    fields: Vec<(String, String)>,
+pub struct Read {
+    pub method: Method,
+    pub target: Uri,
+    pub version: Version,
+    pub fields: Vec<(String, String)>,
+    pub body: Result<Vec<u8>, ()>,
+}
+
+/// How the two servers read `bytes`.
+#[derive(Debug)]
+pub enum Compared {
+    Same,
+    /// The own server refuses what hyper reads, for a reason RFC 9112 gives.
+    StricterByDesign(&'static str),
 }
 
 pub fn request_head(bytes: &[u8]) {
-    let own = parse_for_fuzzing(bytes);
+    compare(bytes).unwrap_or_else(|finding| panic!("{finding}"));
+}
+
+/// Compares the two servers on `bytes`; Err describes a difference no rule explains.
+pub fn compare(bytes: &[u8]) -> Result<Compared, String> {
+    let own = read_for_fuzzing(bytes);
     let hyper = read_by_hyper(bytes);
-    match own {
-        Parsed::Request(request) => {
-            let Some(hyper) = hyper else {
-                panic!("served here, refused by hyper: {:?}", own_head(&request));
-            };
-            assert_eq!(own_head(&request), hyper);
+    match (own, hyper) {
+        (ReadRequest::Request(request, body), Some(hyper)) => {
+            let own = own_read(&request, body);
+            // hyper ends a body cut short with an error; so does the own reader: only the
+            // bytes of a complete body are compared.
+            if own.body.is_err() && hyper.body.is_err() {
+                return same_head(&own, &hyper);
+            }
+            if own == hyper {
+                Ok(Compared::Same)
+            } else {
+                Err(format!("own {own:?}\nhyper {hyper:?}"))
+            }
         }
-        // The same httparse call decides, on the same bytes: RFC 9112 §2.2 lets a server
-        // wait for the rest of a head, never act on part of one.
-        Parsed::Partial => assert!(hyper.is_none(), "hyper read {hyper:?} from a partial head"),
-        Parsed::Other => {}
+        (ReadRequest::Request(request, _), None) => Err(format!(
+            "read here, refused by hyper: {:?}",
+            own_read(&request, Ok(Vec::new()))
+        )),
+        // RFC 9112 §2.2: a server may wait for the rest of a head, never act on part of one.
+        (ReadRequest::Partial, None) => Ok(Compared::Same),
+        (ReadRequest::Partial, Some(hyper)) => {
+            Err(format!("hyper read {hyper:?} from a partial head"))
+        }
+        (ReadRequest::Refused(_), None) => Ok(Compared::Same),
+        (ReadRequest::Refused(error), Some(hyper)) => match differs_by_design(&error) {
+            Some(rule) => Ok(Compared::StricterByDesign(rule)),
+            None => Err(format!("refused here ({error}), read by hyper: {hyper:?}")),
+        },
     }
 }
 
-fn own_head(request: &ProxyRequest) -> Head {
-    Head {
+fn same_head(own: &Read, hyper: &Read) -> Result<Compared, String> {
+    let head = |read: &Read| {
+        (
+            read.method.clone(),
+            read.target.clone(),
+            read.version,
+            read.fields.clone(),
+        )
+    };
+    if head(own) == head(hyper) {
+        Ok(Compared::Same)
+    } else {
+        Err(format!("own {own:?}\nhyper {hyper:?}"))
+    }
+}
+
+/// The refusals hyper does not make, each with the rule behind it.
+fn differs_by_design(error: &HeadError) -> Option<&'static str> {
+    match error {
+        HeadError::Framing("Transfer-Encoding in an HTTP/1.0 request") => {
+            Some("RFC 9112 §6.1: Transfer-Encoding in HTTP/1.0 means faulty framing")
+        }
+        HeadError::Framing("both Transfer-Encoding and Content-Length") => Some(
+            "RFC 9112 §6.3 item 3: a request with both may be an attempt at smuggling; refused",
+        ),
+        HeadError::Coding(_) => {
+            Some("RFC 9112 §6.1: a coding the gateway does not undo before chunked is answered 501")
+        }
+        HeadError::Framing("repeated Content-Length") => {
+            Some("RFC 9110 §8.6: a Content-Length given twice, even with one value, is refused")
+        }
+        _ => None,
+    }
+}
+
+fn own_read(request: &ProxyRequest, body: Result<Vec<u8>, String>) -> Read {
+    Read {
         method: request.method.clone(),
         target: request.uri.clone(),
         version: request.version,
         fields: in_name_order(request.fields.pairs()),
+        body: body.map_err(|_| ()),
     }
 }
 
 /// The fields in order of name: the order of different names carries no meaning (RFC 9110
 /// §5.3) and hyper's map does not keep it; a stable sort keeps each name's values in order.
 fn in_name_order(mut fields: Vec<(String, String)>) -> Vec<(String, String)> {
+    for (name, _) in &mut fields {
+        name.make_ascii_lowercase();
+    }
     fields.sort_by(|a, b| a.0.cmp(&b.0));
     fields
 }
 
 /// The first request hyper's HTTP/1 server hands its service from `bytes` followed by the
-/// client's close; `None` when it hands none (it answered 400, 431, or saw the head cut).
-fn read_by_hyper(bytes: &[u8]) -> Option<Head> {
-    let seen: Rc<RefCell<Option<Head>>> = Rc::default();
+/// client's close, with its body read; `None` when it hands none (it answered 400, 431, or
+/// saw the head cut).
+pub fn read_by_hyper(bytes: &[u8]) -> Option<Read> {
+    let seen: Rc<RefCell<Option<Read>>> = Rc::default();
     let service = {
         let seen = seen.clone();
         hyper::service::service_fn(move |request: Request<Incoming>| {
-            seen.borrow_mut()
-                .get_or_insert_with(|| hyper_head(&request));
-            async { Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new())) }
+            let seen = seen.clone();
+            let (parts, body) = request.into_parts();
+            let first = seen.borrow().is_none();
+            if first {
+                *seen.borrow_mut() = Some(hyper_head(&parts));
+            }
+            async move {
+                let read = body.collect().await.map(|b| b.to_bytes().to_vec());
+                if let (true, Some(seen)) = (first, seen.borrow_mut().as_mut()) {
+                    seen.body = read.map_err(|_| ());
+                }
+                Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+            }
         })
     };
     runtime().block_on(async {
@@ -80,23 +163,26 @@ fn read_by_hyper(bytes: &[u8]) -> Option<Head> {
         client.shutdown().await.expect("the pipe is open");
         let connection = hyper::server::conn::http1::Builder::new()
             .header_read_timeout(None)
+            // The client's close comes right after its bytes: reading on to it must not
+            // drop the request being answered.
+            .half_close(true)
             .serve_connection(TokioIo::new(server), service);
         let _ = connection.await;
     });
     seen.take()
 }
 
-fn hyper_head(request: &Request<Incoming>) -> Head {
+fn hyper_head(parts: &http::request::Parts) -> Read {
     let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
-    let fields = request
-        .headers()
-        .iter()
+    let fields = (parts.headers.iter())
         .map(|(name, value)| (name.as_str().to_owned(), text(value.as_bytes())))
         .collect();
-    Head {
-        method: request.method().clone(),
-        target: request.uri().clone(),
-        version: request.version(),
+    Read {
+        method: parts.method.clone(),
+        target: parts.uri.clone(),
+        version: parts.version,
         fields: in_name_order(fields),
+        // Until the body is read: a body hyper never got to is not a body it read.
+        body: Err(()),
     }
 }

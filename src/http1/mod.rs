@@ -5,3 +5,10 @@
 
 pub mod encode;
 pub mod fields;
+pub mod framing;
+mod head_error;
+pub mod request_body;
+pub mod stream;
+pub mod upgrade;
+
+pub use head_error::HeadError;

@@ -10,7 +10,6 @@ use futures_util::FutureExt;
 use futures_util::future::Either as FutureEither;
 use http::{Response, StatusCode};
 use http_body_util::{Either, Empty};
-use hyper::upgrade::OnUpgrade;
 
 use super::connections::{PooledBody, SendError, may_send_again};
 use super::headers::{self, Forwarded, SetFields};
@@ -18,6 +17,7 @@ use super::http1::ExchangeError;
 use super::tunnel::tunnel;
 use super::upstream::{UpstreamBody, UpstreamHead, UpstreamPool};
 use crate::canonical::{Host, Request, Upgrade, allowed_upgrade};
+use crate::http1::upgrade::PendingUpgrade;
 use crate::metrics::Deadline;
 use crate::respond::{GatewayError, ResponseBody};
 
@@ -102,7 +102,7 @@ pin_project_lite::pin_project! {
         first: usize,
         pool: &'r UpstreamPool,
         served_by: &'s mut Option<&'r str>,
-        client_upgrade: Option<OnUpgrade>,
+        client_upgrade: Option<PendingUpgrade>,
     }
 }
 
@@ -212,7 +212,7 @@ fn send(
 /// head was read); a 101 starts the tunnel.
 fn client_response(
     mut response: Response<PooledBody>,
-    client_upgrade: Option<OnUpgrade>,
+    client_upgrade: Option<PendingUpgrade>,
     pool: &UpstreamPool,
 ) -> Response<ResponseBody> {
     if let Some(client) = client_upgrade

@@ -6,7 +6,7 @@ use http::{HeaderName, HeaderValue};
 
 pub use crate::http1::fields::strip_hop_by_hop;
 use crate::http1::fields::visible_text;
-pub(crate) use crate::http1::fields::{Role, list_items, lists, role};
+pub(crate) use crate::http1::fields::{Role, list_items, role};
 use crate::request_fields::RequestFields;
 use crate::request_id::{RequestId, X_REQUEST_ID};
 

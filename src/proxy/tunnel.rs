@@ -10,20 +10,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::http1::Upgraded;
 use super::upstream::ClientDeadlines;
+use crate::http1::upgrade::PendingUpgrade;
 use crate::metrics::Deadline;
 
 /// Copies bytes both ways between the upgraded client and upstream connections until either
 /// side closes or a deadline fires.
-pub async fn tunnel(client: OnUpgrade, upstream: Upgraded, deadlines: ClientDeadlines) {
+pub async fn tunnel(client: PendingUpgrade, upstream: Upgraded, deadlines: ClientDeadlines) {
     let client = match client.await {
-        Ok(client) => TokioIo::new(client),
+        Ok(client) => client,
         Err(error) => {
             tracing::debug!(%error, "upgrade did not complete");
             return;

@@ -1,12 +1,9 @@
 //! Serving one client connection and closing it when its watch (`watch`) says so: idle, a
 //! request head slower than `header_read_timeout`, a client that takes nothing sent to it for
-//! `send_timeout`, or shutdown. Plain HTTP/1.1 requests are served by `http1` until one needs
-//! hyper; from then on hyper serves the connection (HTTP/1.1, or h2c detected by hyper-util's
-//! auto builder).
+//! `send_timeout`, or shutdown. HTTP/1.x is served by `http1`; a connection that starts with
+//! the HTTP/2 preface goes to hyper's HTTP/2 server.
 //!
-//! The deadlines are enforced here rather than by hyper: hyper's HTTP/1 header timer also runs
-//! while a keep-alive connection waits for its next request, which would make
-//! `header_read_timeout` override `idle_timeout`, and hyper has no send deadline.
+//! The deadlines are enforced here rather than by hyper, which has no send deadline, for both.
 
 use std::convert::Infallible;
 use std::future::poll_fn;
@@ -18,14 +15,14 @@ use std::task::{Context, Poll, ready};
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use futures_util::FutureExt;
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::http1::{self, Close, Watch};
-use super::hyper_conn::HyperServers;
 use super::only_when_woken::OnlyWhenWoken;
 use super::served_body::ServedBody;
 use super::watch::{Activity, Answering, IdleWatch, Verdict, WatchedDeadlines};
@@ -34,7 +31,7 @@ use crate::proxy::{self, ClientConnection, Runtime};
 use crate::respond::ResponseBody;
 
 pub struct ConnectionSettings {
-    pub hyper: HyperServers,
+    pub http2: http2::Builder<TokioExecutor>,
     pub deadlines: WatchedDeadlines,
 }
 
@@ -82,36 +79,28 @@ pub async fn serve<S>(
         runtime: &runtime,
         client: &client,
         activity: &activity,
+        http2_allowed: protocols == Protocols::Any,
     };
-    let (io, at_start) = match http1::serve(io, &answerer, &mut guard).await {
+    let io = match http1::serve(io, &answerer, &mut guard).await {
         http1::Ended::Closed => return,
-        http1::Ended::ToHyper {
-            io: mut handed,
-            read,
-            at_start,
-        } => {
-            handed.read_ahead = read;
-            (handed, at_start)
-        }
+        http1::Ended::Http2(io) => io,
     };
-    let http2_allowed = protocols == Protocols::Any && at_start;
 
     let service_activity = activity.clone();
     let service = service_fn(move |request| {
         // In flight until its response body is done with: that is also when its request body
         // is (the upstream exchange that reads it lives in the response body).
-        let answering = Answering::begin(&service_activity, request.version());
-        let multiplexed = request.version() == http::Version::HTTP_2;
+        let answering = Answering::begin(&service_activity, http::Version::HTTP_2);
         // One snapshot per request: a reload never changes a request halfway. `map`, not an
         // `async move` block: a block would hold the request as its capture and again inside
         // `handle`'s future (see `proxy::handle`).
         let request = ProxyRequest::from_hyper(request);
         proxy::handle(runtime.load_full(), client.clone(), request).map(move |response| {
             let response = ResponseBody::with_fields_in_headers(response);
-            Ok::<_, Infallible>(response.map(|body| ServedBody::new(body, answering, multiplexed)))
+            Ok::<_, Infallible>(response.map(|body| ServedBody::new(body, answering)))
         })
     });
-    let connection = (settings.hyper).serve(TokioIo::new(io), service, http2_allowed);
+    let connection = (settings.http2).serve_connection(TokioIo::new(io), service);
     tokio::pin!(connection);
     let mut draining = false;
     loop {
@@ -194,7 +183,7 @@ impl<S: Future + Unpin, C: Future + Unpin> Future for Alarms<S, C> {
 }
 
 /// The client socket, noting when bytes of a new request head start to arrive and whether
-/// writes go through; for hyper, the bytes `http1` read and did not serve come first.
+/// writes go through; bytes `http1` read and handed on (to HTTP/2, to a tunnel) come first.
 struct WatchedIo<S> {
     stream: S,
     activity: Arc<Activity>,
@@ -209,6 +198,12 @@ impl<S> WatchedIo<S> {
             Poll::Pending => self.activity.write_blocked(),
             Poll::Ready(Err(_)) => {}
         }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> http1::ClientIo for WatchedIo<S> {
+    fn put_back(&mut self, read: BytesMut) {
+        self.read_ahead = read;
     }
 }
 

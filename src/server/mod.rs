@@ -12,7 +12,6 @@ mod admin;
 mod connection;
 mod drain;
 mod http1;
-mod hyper_conn;
 mod only_when_woken;
 mod reload;
 mod served_body;
@@ -27,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
@@ -42,8 +40,7 @@ use admin::AdminState;
 use connection::{ConnectionSettings, Protocols};
 pub use drain::Drain;
 #[cfg(any(test, fuzzing))]
-pub use http1::{Parsed, parse_for_fuzzing};
-use hyper_conn::HyperServers;
+pub use http1::{ReadRequest, read_for_fuzzing};
 use reload::Generation;
 pub use reload::{ReloadError, Reloader, watch_files};
 use watch::WatchedDeadlines;
@@ -388,32 +385,12 @@ fn tls_entry(config: &TlsListenerConfig) -> Result<TlsEntry, rustls::Error> {
 }
 
 fn connection_settings(server: &ServerConfig, counters: TimeoutCounters) -> ConnectionSettings {
-    let mut auto = auto::Builder::new(TokioExecutor::new());
-    // The same HTTP/1 settings for both servers, written once.
-    macro_rules! http1_settings {
-        ($builder:expr) => {
-            $builder
-                .timer(TokioTimer::new())
-                // `connection` enforces header_read_timeout; hyper's timer would also cut idle
-                // keep-alive connections (see connection.rs).
-                .header_read_timeout(None)
-                .keep_alive(true)
-                // One buffer per write: a response head and a small body go out in one send,
-                // which costs less in hyper and in the kernel than a two-part writev.
-                .writev(false)
-                // Leave room above max_header_bytes so `proxy` can answer 431 as problem+json;
-                // hyper answers a bare 431 for anything beyond.
-                .max_buf_size(server.max_header_bytes * 2 + 8192)
-        };
-    }
-    http1_settings!(auto.http1());
-    auto.http2()
+    let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    http2
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(server.max_header_bytes * 2).unwrap_or(u32::MAX));
-    let mut http1 = hyper::server::conn::http1::Builder::new();
-    http1_settings!(http1);
     ConnectionSettings {
-        hyper: HyperServers { auto, http1 },
+        http2,
         deadlines: WatchedDeadlines {
             header_read_timeout: server.header_read_timeout,
             idle_timeout: server.idle_timeout,

@@ -1,7 +1,7 @@
-//! A response body as hyper sends it: it keeps its request in flight for the connection's
-//! watch until hyper is done with it (a response's body ends after its request's body: the
-//! upstream exchange that reads the request body lives in the response body), and over HTTP/2
-//! it tells the watch while it waits for the client to take its next piece.
+//! A response body as hyper's HTTP/2 server sends it: it keeps its request in flight for the
+//! connection's watch until hyper is done with it (a response's body ends after its request's
+//! body: the upstream exchange that reads the request body lives in the response body), and it
+//! tells the watch while it waits for the client to take its next piece.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -15,19 +15,16 @@ use crate::respond::ResponseBody;
 pub struct ServedBody {
     inner: ResponseBody,
     answering: Answering,
-    /// HTTP/2 only: the watch's bucket of a wait for the client in progress.
+    /// The watch's bucket of a wait for the client in progress.
     waiting: Option<usize>,
-    multiplexed: bool,
 }
 
 impl ServedBody {
-    /// `multiplexed`: the request came over HTTP/2.
-    pub(super) fn new(inner: ResponseBody, answering: Answering, multiplexed: bool) -> ServedBody {
+    pub(super) fn new(inner: ResponseBody, answering: Answering) -> ServedBody {
         ServedBody {
             inner,
             answering,
             waiting: None,
-            multiplexed,
         }
     }
 
@@ -50,7 +47,7 @@ impl Body for ServedBody {
         // stream has room in the client's window).
         self.resume();
         let frame = ready!(Pin::new(&mut self.inner).poll_frame(cx));
-        if self.multiplexed && !self.inner.is_end_stream() && matches!(frame, Some(Ok(_))) {
+        if !self.inner.is_end_stream() && matches!(frame, Some(Ok(_))) {
             self.waiting = Some(self.answering.activity().stream_waits());
         }
         Poll::Ready(frame)

@@ -5,8 +5,8 @@
 use http::{StatusCode, Version};
 use smallvec::SmallVec;
 
-use super::head::parse_decimal;
 use crate::http1::fields::is_visible_text;
+use crate::http1::framing::add_content_length;
 use crate::proxy::headers::{Role, list_items, role};
 use crate::upstream_fields::UpstreamFields;
 
@@ -90,7 +90,7 @@ impl<'h> ReadFields<'h> {
                     };
                     read.transfer_coding = Some(last.trim_ascii());
                 }
-                Role::ContentLength => read.add_length(field.value),
+                Role::ContentLength => add_content_length(&mut read.content_length, field.value),
                 Role::Upgrade | Role::HopByHop => {}
             }
         }
@@ -110,16 +110,5 @@ impl<'h> ReadFields<'h> {
             read.kept.push(b"connection", b"upgrade");
         }
         read
-    }
-
-    fn add_length(&mut self, list: &[u8]) {
-        for item in list_items(list) {
-            self.content_length = match (parse_decimal(item), self.content_length) {
-                (_, Err(error)) => Err(error),
-                (None, _) => Err("invalid Content-Length"),
-                (Some(n), Ok(Some(seen))) if n != seen => Err("conflicting Content-Length values"),
-                (Some(n), Ok(_)) => Ok(Some(n)),
-            };
-        }
     }
 }

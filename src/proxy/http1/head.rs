@@ -6,9 +6,9 @@ use std::mem::MaybeUninit;
 use bytes::{Buf, BytesMut};
 use http::{Response, StatusCode, Version};
 
-use super::body::{Chunk, Framing};
 use super::fields::ReadFields;
 use super::{ExchangeError, MAX_HEAD_BYTES, ResponseHead};
+use crate::http1::framing::{Chunk, Framing};
 use crate::proxy::headers::{Role, SetFields, role};
 use crate::proxy::upstream::UpstreamHead;
 
@@ -146,16 +146,6 @@ fn response_framing(
     })
 }
 
-/// Digits only (no sign, no spaces), at most 18 of them so the value cannot overflow.
-pub(super) fn parse_decimal(text: &[u8]) -> Option<u64> {
-    if text.is_empty() || text.len() > 18 {
-        return None;
-    }
-    text.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,7 +155,7 @@ mod tests {
     use crate::request_fields::RequestFields;
     use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 
-    use super::super::body::decode;
+    use crate::http1::framing::decode;
 
     /// Reads a whole response from `wire` as the connection would: head, then body frames.
     fn read_response(wire: &[u8], head_request: bool) -> Result<Option<Vec<u8>>, ExchangeError> {

@@ -24,20 +24,18 @@ use super::headers::{Role, SetFields, list_items, role};
 use super::upstream::{UpstreamBody, UpstreamHead};
 use crate::upstream_fields::UpstreamFields;
 
-mod body;
 mod deadlines;
 mod fields;
 mod head;
-mod stream;
 mod upload;
 
-pub use body::Framing;
+pub use crate::http1::framing::Framing;
+pub use crate::http1::stream::{Stream, Upgraded};
 pub use deadlines::ExchangeDeadlines;
 pub(crate) use head::encode_head;
-pub use stream::{Stream, Upgraded};
 
 pub(crate) use crate::http1::encode::{encode_field, hex};
-use body::decode;
+use crate::http1::framing::{FramingError, decode};
 use deadlines::Waiting;
 use head::parse_head;
 use upload::Upload;
@@ -64,7 +62,7 @@ pub mod for_fuzzing {
         framing: &mut Framing,
         buf: &mut BytesMut,
     ) -> Result<Option<Frame<Bytes>>, ExchangeError> {
-        super::decode(framing, buf)
+        Ok(super::decode(framing, buf)?)
     }
 }
 
@@ -101,6 +99,16 @@ pub enum ExchangeError {
     UnexpectedUpgrade,
     #[error("reading the client's request body failed: {0}")]
     ClientBody(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<FramingError> for ExchangeError {
+    fn from(error: FramingError) -> ExchangeError {
+        match error {
+            FramingError::Framing(reason) => ExchangeError::Framing(reason),
+            FramingError::TrailersTooLarge => ExchangeError::HeadTooLarge,
+            FramingError::MalformedTrailers(error) => ExchangeError::MalformedHead(error),
+        }
+    }
 }
 
 impl ExchangeError {
@@ -346,7 +354,7 @@ impl Connection {
                 return Poll::Ready(Some(Err(timed_out)));
             }
             if let Some(frame) = decode(framing, &mut self.read_buf).transpose() {
-                return Poll::Ready(Some(frame));
+                return Poll::Ready(Some(frame.map_err(ExchangeError::from)));
             }
             if *framing == Framing::Done {
                 return Poll::Ready(None);

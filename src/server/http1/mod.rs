@@ -1,47 +1,50 @@
-//! HTTP/1.1 served by the gateway itself for the requests nearly all traffic is made of:
-//! well-formed HTTP/1.1 heads with an origin-form target and no body, upgrade, `Expect` or
-//! `TE`. hyper's server side (its dispatcher, its buffered connection, its head encoder) cost
-//! a proxied request more instructions than parsing and writing the heads here
-//! (docs/PERFORMANCE.md, tenth round).
-//!
-//! Everything else goes to hyper, with every byte read so far: a body, an upgrade, HTTP/1.0,
-//! `HEAD`, `CONNECT`, a `Connection` other than `keep-alive`, a malformed or oversized head,
-//! the HTTP/2 preface. hyper then serves the connection to its end, as it served every
-//! connection before, error answers included; so only well-formed requests are answered here.
+//! The gateway's HTTP/1 server: every HTTP/1.0 and HTTP/1.1 connection is served here from its
+//! first byte to its last — request bodies (Content-Length and chunked, through the framing
+//! `crate::http1::framing` shares with the upstream client), `Expect: 100-continue`, `HEAD`,
+//! keep-alive and pipelining, upgrades (the connection goes to the tunnel after the 101), and
+//! the answers to heads that cannot be served (`crate::http1::HeadError`). hyper serves only
+//! HTTP/2, and only when a connection starts with its preface (RFC 9113 §3.4).
 
 use std::future::poll_fn;
-use std::mem::MaybeUninit;
-use std::ops::Range;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use http::header::CONNECTION;
-use http::{HeaderMap, Method, Response, Uri, Version};
-use http_body_util::{Either, Empty};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use http::{HeaderMap, Method, Response, StatusCode, Version};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, WriteHalf};
 
 use super::watch::{Activity, Answering};
-use crate::canonical::ProxyRequest;
-use crate::proxy::headers::{Role, lists, role};
+use crate::canonical::ArrivingBody;
+use crate::http1::HeadError;
+use crate::http1::fields::lists;
+use crate::http1::request_body::server_body;
+use crate::http1::upgrade::{UpgradeSender, pending_upgrade};
 use crate::proxy::{self, ClientConnection, Runtime};
-use crate::request_fields::{FieldLines, RequestFields};
-use crate::respond::ResponseBody;
+use crate::respond::{GatewayError, ResponseBody, error_response};
 
-/// Most fields in a head served here: hyper's own limit, so a head with more gets hyper's 431.
-const MAX_FIELDS: usize = 100;
-/// Longest head served here; hyper takes a longer one and applies `max_buf_size` to it.
-const MAX_HEAD: usize = 16 * 1024;
-/// Bytes read ahead while a request is answered (pipelined requests); past this, reading waits.
-const MAX_READ_AHEAD: usize = 64 * 1024;
-/// A write buffer grown past this by a large response is not kept for the next.
-const MAX_IDLE_WRITE_BUFFER: usize = 128 * 1024;
-
+mod parse;
+mod reader;
+#[cfg(test)]
+mod tests;
 mod write;
 
-use write::{WriteError, write_response};
+use parse::{Arriving, BodyLength, Parsed, parse_request};
+use reader::{Pumped, Reader};
+use write::{AnswerTo, WriteError, write_response};
+
+/// A write buffer grown past this by a large response is not kept for the next.
+const MAX_IDLE_WRITE_BUFFER: usize = 128 * 1024;
+/// How long, and how much, a closing connection still reads and discards what the client
+/// sent, so that the answer is not lost to a reset (nginx's lingering close).
+const LINGER_TIME: Duration = Duration::from_secs(2);
+const LINGER_BYTES: usize = 1024 * 1024;
+/// The first bytes of every HTTP/2 connection (RFC 9113 §3.4).
+const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Why a connection must close now, as the connection's watch tells it.
 pub(super) enum Close {
@@ -60,17 +63,17 @@ pub(super) trait Watch {
     fn poll_close(&mut self, cx: &mut Context<'_>) -> Poll<Close>;
 }
 
+/// A client connection as served here: it can take back bytes read from it, so that a
+/// connection handed on (to HTTP/2, to a tunnel) reads them first.
+pub(super) trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    fn put_back(&mut self, read: BytesMut);
+}
+
 /// How serving here ended.
 pub(super) enum Ended<S> {
     Closed,
-    /// A request to leave to hyper: the connection and every byte read from it but not served,
-    /// which begin at the connection's first byte when `at_start` (only then may they be the
-    /// HTTP/2 preface).
-    ToHyper {
-        io: S,
-        read: BytesMut,
-        at_start: bool,
-    },
+    /// The connection starts with the HTTP/2 preface: for hyper, the preface put back.
+    Http2(S),
 }
 
 /// What is needed to answer a request.
@@ -78,142 +81,356 @@ pub(super) struct Answerer<'a> {
     pub runtime: &'a ArcSwap<Runtime>,
     pub client: &'a ClientConnection,
     pub activity: &'a Arc<Activity>,
+    /// The connection may speak HTTP/2 (plain, or TLS without ALPN `http/1.1`).
+    pub http2_allowed: bool,
 }
 
-/// Serves requests until the connection closes or a request needs hyper.
-pub(super) async fn serve<S, W>(mut io: S, answerer: &Answerer<'_>, watch: &mut W) -> Ended<S>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-    W: Watch,
-{
+/// Serves requests until the connection closes, is upgraded, or turns out to be HTTP/2.
+pub(super) async fn serve<S: ClientIo, W: Watch>(
+    mut io: S,
+    answerer: &Answerer<'_>,
+    watch: &mut W,
+) -> Ended<S> {
     let mut read = BytesMut::with_capacity(8 * 1024);
-    // Allocated by the first response: an idle connection keeps only its read buffer.
-    let mut out = Vec::new();
-    let mut served_any = false;
+    if answerer.http2_allowed {
+        match starts_with_preface(&mut io, &mut read, watch).await {
+            Some(true) => {
+                io.put_back(read);
+                return Ended::Http2(io);
+            }
+            Some(false) => {}
+            None => return Ended::Closed,
+        }
+    }
+    let max_head = answerer.runtime.load().max_header_bytes * 2 + 8192;
+    let (reader, writer) = tokio::io::split(io);
+    let mut connection = Connection {
+        reader: Reader::new(reader, read),
+        writer,
+        out: Vec::new(),
+    };
+    if let Some(upgrade) = connection.serve(answerer, watch, max_head).await {
+        let Connection { reader, writer, .. } = connection;
+        let mut io = reader.io.unsplit(writer);
+        io.put_back(reader.read);
+        if !upgrade.send(Box::new(io)) {
+            tracing::debug!(peer = %answerer.client.peer, "the upgraded connection's tunnel is gone");
+        }
+    }
+    Ended::Closed
+}
+
+/// Reads until the bytes differ from the HTTP/2 preface (false) or are all of it (true);
+/// None when the connection closes first.
+async fn starts_with_preface<S: AsyncRead + Unpin, W: Watch>(
+    io: &mut S,
+    read: &mut BytesMut,
+    watch: &mut W,
+) -> Option<bool> {
     loop {
-        let request = loop {
-            match parse_request(&mut read) {
-                Parsed::Request(request) => break request,
-                Parsed::Other => {
-                    return Ended::ToHyper {
-                        io,
-                        read,
-                        at_start: !served_any,
-                    };
+        let n = read.len().min(HTTP2_PREFACE.len());
+        if read[..n] != HTTP2_PREFACE[..n] {
+            return Some(false);
+        }
+        if n == HTTP2_PREFACE.len() {
+            return Some(true);
+        }
+        tokio::select! {
+            biased;
+            got = io.read_buf(read) => if !matches!(got, Ok(n) if n > 0) {
+                return None;
+            },
+            _ = poll_fn(|cx| watch.poll_close(cx)) => return None,
+        }
+    }
+}
+
+/// One HTTP/1 connection, split so that a request body is read while its answer is written.
+struct Connection<S> {
+    reader: Reader<S>,
+    writer: WriteHalf<S>,
+    /// Allocated by the first response: an idle connection keeps only its read buffer.
+    out: Vec<u8>,
+}
+
+/// What became of one request.
+enum Served {
+    /// The connection may serve the next request.
+    Next,
+    /// Close after the answer, reading what the client still sends for a while.
+    Close,
+    /// Close at once: the client is gone or stalled.
+    Abort,
+    /// The 101 is written: the connection goes to the tunnel.
+    Upgrade(UpgradeSender),
+}
+
+impl<S: ClientIo> Connection<S> {
+    /// Serves requests until the connection closes; the sender of an upgrade when it is
+    /// switched instead.
+    async fn serve<W: Watch>(
+        &mut self,
+        answerer: &Answerer<'_>,
+        watch: &mut W,
+        max_head: usize,
+    ) -> Option<UpgradeSender> {
+        loop {
+            let arriving = match self.next_head(answerer, watch, max_head).await {
+                Ok(Some(arriving)) => arriving,
+                Ok(None) => return None,
+                Err(error) => {
+                    self.refuse(error, answerer.client).await;
+                    return None;
                 }
+            };
+            match self.serve_one(arriving, answerer, watch).await {
+                Served::Next => {}
+                Served::Close => {
+                    self.close().await;
+                    return None;
+                }
+                Served::Abort => return None,
+                Served::Upgrade(sender) => return Some(sender),
+            }
+            if !self.reader.read.is_empty() {
+                // A pipelined head that began to arrive while this one was answered is timed
+                // from now.
+                answerer.activity.bytes_arrived();
+            }
+            if self.out.capacity() > MAX_IDLE_WRITE_BUFFER {
+                self.out = Vec::new();
+            }
+        }
+    }
+
+    /// The next request head; None when the client closes or the watch closes the connection
+    /// first.
+    async fn next_head<W: Watch>(
+        &mut self,
+        answerer: &Answerer<'_>,
+        watch: &mut W,
+        max_head: usize,
+    ) -> Result<Option<Arriving>, HeadError> {
+        loop {
+            match parse_request(&mut self.reader.read, max_head) {
+                Parsed::Request(arriving) => return Ok(Some(arriving)),
+                Parsed::Refused(error) => return Err(error),
                 Parsed::Partial => {}
             }
             tokio::select! {
                 biased;
-                got = read_more(&mut io, &mut read) => if !got {
-                    return Ended::Closed;
+                got = self.reader.read_more() => if !got {
+                    return Ok(None);
                 },
                 close = poll_fn(|cx| watch.poll_close(cx)) => {
                     if let Close::SlowHead = close {
                         tracing::debug!(peer = %answerer.client.peer, "closing: request head not complete within header_read_timeout");
                     }
-                    return Ended::Closed;
+                    return Ok(None);
                 }
             }
+        }
+    }
+
+    async fn serve_one<W: Watch>(
+        &mut self,
+        arriving: Arriving,
+        answerer: &Answerer<'_>,
+        watch: &mut W,
+    ) -> Served {
+        let Arriving {
+            mut request,
+            body,
+            keep_alive,
+            expects_continue,
+            asks_upgrade,
+        } = arriving;
+        let answer_to = AnswerTo {
+            keep_alive,
+            head_only: request.method == Method::HEAD,
+            http10: request.version == Version::HTTP_10,
         };
+        let length = match body {
+            BodyLength::None => None,
+            BodyLength::Exactly(n) => Some(Some(n)),
+            BodyLength::Chunked => Some(None),
+        };
+        if let Some(length) = length {
+            let (feed, body) = server_body(length);
+            request.body = ArrivingBody::Http1(body);
+            self.reader.feed_body(feed, length, expects_continue);
+        }
+        // Only a bodiless request is switched: what follows its head belongs to the new
+        // protocol.
+        let mut upgrade = None;
+        if asks_upgrade && length.is_none() {
+            let (sender, pending) = pending_upgrade();
+            request.upgrade = Some(pending);
+            upgrade = Some(sender);
+        }
         // In flight until its response is written: the watch keeps such a connection and
         // times its writes, not its idleness.
         let answering = Answering::begin(answerer.activity, Version::HTTP_11);
-        // Pinned here and only borrowed by `answer`: a future of `answer`'s own that held it
-        // was copied whole three times a request (~300 instructions).
+        // Pinned here and only borrowed by `answer`, not moved into a future of its own.
         let answered = {
             let handling = pin!(proxy::handle(
                 answerer.runtime.load_full(),
                 answerer.client.clone(),
                 request
             ));
-            pin!(answer(&mut io, &mut read, watch, handling)).await
+            pin!(self.answer(watch, handling)).await
         };
-        let Some((response, mut stopping)) = answered else {
-            return Ended::Closed;
+        let Some((response, stopping)) = answered else {
+            return Served::Abort;
         };
-        served_any = true;
-        let keep_alive = !stopping && !asks_to_close(response.headers());
-        // Pinned where it is made, as `handling` (`.await` on the call moved it first).
-        let written = {
-            let writing = pin!(write_response(&mut io, &mut out, response, keep_alive));
-            pin!(write_watched(writing, watch, &mut stopping)).await
-        };
+        let served = self
+            .respond(response, answer_to, upgrade, watch, stopping, answerer)
+            .await;
         drop(answering);
-        match &written {
+        served
+    }
+
+    /// Writes `response` and decides what becomes of the connection.
+    async fn respond<W: Watch>(
+        &mut self,
+        response: Response<ResponseBody>,
+        mut answer_to: AnswerTo,
+        upgrade: Option<UpgradeSender>,
+        watch: &mut W,
+        mut stopping: bool,
+        answerer: &Answerer<'_>,
+    ) -> Served {
+        let upgrading = response.status() == StatusCode::SWITCHING_PROTOCOLS;
+        if upgrading {
+            answer_to.keep_alive = true;
+        } else {
+            answer_to.keep_alive &= !stopping && !asks_to_close(response.headers());
+            // A body still being read when the answer begins is not known to end where the
+            // next request begins: the connection closes after the answer (unless the rest of
+            // a body nobody reads is already here, and is skipped).
+            answer_to.keep_alive &= self.reader.body_done();
+        }
+        let written = {
+            let writing = pin!(write_response(
+                &mut self.writer,
+                &mut self.out,
+                response,
+                answer_to
+            ));
+            pin!(write_watched(
+                writing,
+                &mut self.reader,
+                watch,
+                &mut stopping
+            ))
+            .await
+        };
+        let peer = answerer.client.peer;
+        let kept_alive = match written {
+            Ok(kept_alive) => kept_alive,
             Err(WriteError::Stalled) => {
-                tracing::debug!(peer = %answerer.client.peer, "closing: the client took nothing sent to it within send_timeout");
-                return Ended::Closed;
+                tracing::debug!(%peer, "closing: the client took nothing sent to it within send_timeout");
+                return Served::Abort;
             }
             Err(error) => {
-                tracing::debug!(peer = %answerer.client.peer, %error, "closing the connection");
+                tracing::debug!(%peer, %error, "closing the connection");
+                return Served::Close;
             }
-            Ok(()) => {}
+        };
+        if upgrading {
+            return match upgrade {
+                Some(sender) if sender.is_awaited() => Served::Upgrade(sender),
+                _ => Served::Abort,
+            };
         }
-        if written.is_err() || !keep_alive || stopping {
-            let _ = io.shutdown().await;
-            return Ended::Closed;
+        if kept_alive && !stopping && self.reader.body_done() {
+            Served::Next
+        } else {
+            Served::Close
         }
-        if !read.is_empty() {
-            // A pipelined head that began to arrive while this one was answered is timed
-            // from now.
-            answerer.activity.bytes_arrived();
+    }
+
+    /// The answer `handling` gives, and whether the gateway began shutting down meanwhile;
+    /// `None` when the client went away first (its answer is dropped: an upstream request in
+    /// flight is abandoned and the route's slot freed). The body is read as it is asked for.
+    async fn answer<W: Watch>(
+        &mut self,
+        watch: &mut W,
+        mut handling: Pin<&mut impl Future<Output = Response<ResponseBody>>>,
+    ) -> Option<(Response<ResponseBody>, bool)> {
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                biased;
+                response = handling.as_mut() => return Some((response, stopping)),
+                pumped = poll_fn(|cx| self.reader.poll_pump(cx)) => match pumped {
+                    Pumped::Closed => return None,
+                    Pumped::SendContinue => {
+                        if self.writer.write_all(CONTINUE).await.is_err() || self.writer.flush().await.is_err() {
+                            return None;
+                        }
+                    }
+                },
+                // Only shutdown fires while a request is answered (the watch keeps a
+                // connection with one in flight): finish it, then close.
+                _ = poll_fn(|cx| watch.poll_close(cx)), if !stopping => stopping = true,
+            }
         }
-        if out.capacity() > MAX_IDLE_WRITE_BUFFER {
-            out = Vec::new();
+    }
+
+    /// Answers a head that cannot be served, then closes.
+    async fn refuse(&mut self, error: HeadError, client: &ClientConnection) {
+        tracing::debug!(peer = %client.peer, %error, "refusing a request head");
+        let request_id = crate::request_id::mint();
+        let response = error_response(&GatewayError::Head(error), &request_id);
+        let answer_to = AnswerTo {
+            keep_alive: false,
+            head_only: false,
+            http10: false,
+        };
+        let writing = write_response(&mut self.writer, &mut self.out, response, answer_to);
+        if tokio::time::timeout(LINGER_TIME, writing).await.is_ok() {
+            self.close().await;
         }
+    }
+
+    /// Closes the sending side, then reads and discards what the client still sends for a
+    /// while, so that a client still sending a body gets the answer rather than a reset.
+    async fn close(&mut self) {
+        let _ = self.writer.shutdown().await;
+        let discard = async {
+            let mut discarded = 0;
+            while discarded < LINGER_BYTES {
+                self.reader.read.clear();
+                if !self.reader.read_more().await {
+                    break;
+                }
+                discarded += self.reader.read.len();
+            }
+        };
+        let _ = tokio::time::timeout(LINGER_TIME, discard).await;
     }
 }
 
-/// Reads what the client sent; false at its end or on an error.
-async fn read_more<S: AsyncRead + Unpin>(io: &mut S, read: &mut BytesMut) -> bool {
-    if read.capacity() - read.len() < 1024 {
-        read.reserve(8 * 1024);
-    }
-    matches!(io.read_buf(read).await, Ok(n) if n > 0)
-}
-
-/// The answer `handling` gives, and whether the gateway began shutting down meanwhile; `None` when
-/// the client went away first (its answer is dropped, as hyper drops it: an upstream request
-/// in flight is abandoned and the route's slot freed).
-async fn answer<S, W>(
-    io: &mut S,
-    read: &mut BytesMut,
-    watch: &mut W,
-    mut handling: Pin<&mut impl Future<Output = Response<ResponseBody>>>,
-) -> Option<(Response<ResponseBody>, bool)>
-where
-    S: AsyncRead + Unpin,
-    W: Watch,
-{
-    let mut stopping = false;
-    let response = loop {
-        tokio::select! {
-            biased;
-            response = handling.as_mut() => break response,
-            got = read_more(io, read), if read.len() < MAX_READ_AHEAD => if !got {
-                return None;
-            },
-            // Only shutdown fires while a request is answered (the watch keeps a connection
-            // with one in flight): finish it, then close.
-            _ = poll_fn(|cx| watch.poll_close(cx)), if !stopping => stopping = true,
-        }
-    };
-    Some((response, stopping))
-}
-
-/// Writes a response while the watch looks on: a client that takes nothing for
-/// `send_timeout` ends it with `WriteError::Stalled`; shutdown sets `stopping` (the response
-/// is finished, then the connection closes).
-async fn write_watched<W: Watch>(
-    mut writing: Pin<&mut impl Future<Output = Result<(), WriteError>>>,
+/// Writes a response while the watch looks on and the request body is read as the upstream
+/// asks for it: a client that takes nothing for `send_timeout` ends it with
+/// `WriteError::Stalled`; shutdown sets `stopping` (the response is finished, then the
+/// connection closes).
+async fn write_watched<S: AsyncRead, W: Watch>(
+    mut writing: Pin<&mut impl Future<Output = Result<bool, WriteError>>>,
+    reader: &mut Reader<S>,
     watch: &mut W,
     stopping: &mut bool,
-) -> Result<(), WriteError> {
+) -> Result<bool, WriteError> {
+    let mut reading = true;
     loop {
         tokio::select! {
             biased;
             written = writing.as_mut() => return written,
+            // A 100 Continue no longer goes out once the answer has begun.
+            pumped = poll_fn(|cx| reader.poll_pump(cx)), if reading => {
+                reading = pumped != Pumped::Closed;
+            }
             close = poll_fn(|cx| watch.poll_close(cx)), if !*stopping => match close {
                 Close::Stop | Close::Idle => *stopping = true,
                 Close::SlowHead | Close::SendStalled => return Err(WriteError::Stalled),
@@ -230,205 +447,44 @@ fn asks_to_close(headers: &HeaderMap) -> bool {
         .any(|value| lists(value.as_bytes(), b"close"))
 }
 
-// Returned once a request and matched at once: boxing the request would cost an allocation.
-#[expect(clippy::large_enum_variant)]
-pub enum Parsed {
-    Request(ProxyRequest),
-    /// More bytes are needed.
-    Partial,
-    /// Not a request served here.
-    Other,
-}
-
-/// What the own server makes of `bytes`: for the fuzz targets.
+/// A request as the server reads it from `bytes`, followed by the client's close: its head,
+/// then its body through the same framing: for the fuzz targets and the tests against hyper.
 #[cfg(any(test, fuzzing))]
-pub fn parse_for_fuzzing(bytes: &[u8]) -> Parsed {
-    parse_request(&mut BytesMut::from(bytes))
+#[expect(clippy::large_enum_variant, reason = "made once per test input")]
+pub enum ReadRequest {
+    /// The head and the body, `Err` when the body's framing is broken or it is cut short.
+    Request(crate::canonical::ProxyRequest, Result<Vec<u8>, String>),
+    /// The head is not complete.
+    Partial,
+    Refused(HeadError),
 }
 
-/// The request head at the start of `read`, split off it when it is one served here; when
-/// it is not, `read` is left as it was, for hyper.
-fn parse_request(read: &mut BytesMut) -> Parsed {
-    if read.is_empty() {
-        return Parsed::Partial;
-    }
-    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
-    let mut parsed = httparse::Request::new(&mut []);
-    let length = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
-        &mut parsed,
-        read,
-        &mut fields,
-    ) {
-        Ok(httparse::Status::Complete(length)) if length <= MAX_HEAD => length,
-        Ok(httparse::Status::Partial) if read.len() < MAX_HEAD => return Parsed::Partial,
-        _ => return Parsed::Other,
+#[cfg(any(test, fuzzing))]
+pub fn read_for_fuzzing(bytes: &[u8]) -> ReadRequest {
+    use crate::http1::framing::{Chunk, Framing, decode};
+    let mut read = BytesMut::from(bytes);
+    let arriving = match parse_request(&mut read, 64 * 1024) {
+        Parsed::Request(arriving) => arriving,
+        Parsed::Partial => return ReadRequest::Partial,
+        Parsed::Refused(error) => return ReadRequest::Refused(error),
     };
-    let mut fields = FieldLines::default();
-    let Some(parts) = parts_served_here(&parsed, &read[..length], &mut fields) else {
-        return Parsed::Other;
+    let mut framing = match arriving.body {
+        BodyLength::None => Framing::Done,
+        BodyLength::Exactly(n) => Framing::Length(n),
+        BodyLength::Chunked => Framing::Chunked(Chunk::Size),
     };
-    let head = read.split_to(length).freeze();
-    match Uri::from_maybe_shared(head.slice(parts.target)) {
-        Ok(uri) => Parsed::Request(ProxyRequest {
-            method: parts.method,
-            uri,
-            version: Version::HTTP_11,
-            fields: RequestFields::Lines(fields.in_head(head)),
-            upgrade: None,
-            body: Either::Right(Empty::new()),
-        }),
-        Err(_) => {
-            // A target `http` refuses: hyper answers it, from the same bytes.
-            let mut again = BytesMut::with_capacity(head.len() + read.len());
-            again.extend_from_slice(&head);
-            again.extend_from_slice(read);
-            *read = again;
-            Parsed::Other
+    let mut body = Vec::new();
+    let outcome = loop {
+        match decode(&mut framing, &mut read) {
+            Ok(Some(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    body.extend_from_slice(data);
+                }
+            }
+            Ok(None) if framing == Framing::Done => break Ok(body),
+            Ok(None) => break Err("the body is cut short".to_owned()),
+            Err(error) => break Err(error.to_string()),
         }
-    }
-}
-
-/// A parsed head's method, and its target's place in the buffer.
-struct HeadParts {
-    method: Method,
-    target: Range<usize>,
-}
-
-/// The parts of `head` and its `fields`, when its request is served here: HTTP/1.1, not
-/// `HEAD` or `CONNECT`, an origin-form target, every field `served_here`.
-fn parts_served_here(
-    parsed: &httparse::Request<'_, '_>,
-    head: &[u8],
-    fields: &mut FieldLines,
-) -> Option<HeadParts> {
-    let (Some(method), Some(target), Some(1)) = (parsed.method, parsed.path, parsed.version) else {
-        return None;
     };
-    let method = Method::from_bytes(method.as_bytes())
-        .ok()
-        .filter(|method| method != Method::HEAD && method != Method::CONNECT)?;
-    // httparse hands out slices of the buffer; anything else is left to hyper.
-    let start = (target.as_ptr() as usize).wrapping_sub(head.as_ptr() as usize);
-    let end = start.checked_add(target.len())?;
-    if end > head.len() || !target.starts_with('/') {
-        return None;
-    }
-    for field in parsed.headers.iter() {
-        let name = field.name.as_bytes();
-        let role = role(name);
-        if !served_here(role, name, field.value) {
-            return None;
-        }
-        fields.push(head, name, field.value, role)?;
-    }
-    Some(HeadParts {
-        method,
-        target: start..end,
-    })
-}
-
-/// A field that leaves its request to hyper: a body, an upgrade, `Expect`, `TE`, or a
-/// `Connection` other than `keep-alive`. (httparse has checked names and values: tokens,
-/// and no control characters but tabs, as `http`'s types require.)
-fn served_here(role: Role, name: &[u8], value: &[u8]) -> bool {
-    match role {
-        Role::Connection => value.eq_ignore_ascii_case(b"keep-alive"),
-        Role::ContentLength | Role::TransferEncoding | Role::Upgrade => false,
-        Role::HopByHop => !name.eq_ignore_ascii_case(b"te"),
-        Role::Override => true,
-        Role::EndToEnd => !name.eq_ignore_ascii_case(b"expect"),
-        Role::Host => true,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::collection::vec;
-    use proptest::prelude::*;
-
-    /// Whether the own server serves a request of this version, method and fields.
-    fn expected_here(version: &str, method: &str, fields: &[(&str, String)]) -> bool {
-        version == "1.1"
-            && method != "HEAD"
-            && method != "CONNECT"
-            && fields.iter().all(|(name, value)| match *name {
-                "connection" => value.eq_ignore_ascii_case("keep-alive"),
-                "content-length" | "transfer-encoding" | "upgrade" | "expect" | "te" => false,
-                _ => true,
-            })
-    }
-
-    #[test]
-    fn a_field_name_longer_than_255_bytes_is_left_to_hyper() {
-        for (length, served) in [(255, true), (256, false)] {
-            let text = format!("GET / HTTP/1.1\r\n{}: 1\r\n\r\n", "x".repeat(length));
-            let mut read = BytesMut::from(text.as_bytes());
-            match parse_request(&mut read) {
-                Parsed::Request(request) => {
-                    assert!(served, "{length}");
-                    assert_eq!(request.fields.pairs()[0].0.len(), length);
-                }
-                _ => assert!(!served && read == text.as_bytes(), "{length}"),
-            }
-        }
-    }
-
-    proptest! {
-        /// Whatever arrives, a request is split off the front or the bytes stay as they were,
-        /// for hyper: nothing is lost or changed on the way.
-        #[test]
-        fn any_bytes_are_served_or_left_whole(bytes in vec(any::<u8>(), 0..300)) {
-            let mut read = BytesMut::from(&bytes[..]);
-            match parse_request(&mut read) {
-                Parsed::Request(_) => {
-                    prop_assert!(read.len() < bytes.len());
-                    prop_assert!(bytes.ends_with(&read));
-                }
-                Parsed::Partial | Parsed::Other => prop_assert_eq!(&read[..], &bytes[..]),
-            }
-        }
-
-        /// A well-formed head is served with its method, target and fields exactly when
-        /// nothing in it needs hyper; the bytes after it stay for the next request.
-        #[test]
-        fn a_head_is_served_with_its_parts_or_left_to_hyper(
-            method in prop_oneof![Just("GET"), Just("POST"), Just("DELETE"), Just("HEAD"), Just("CONNECT")],
-            target in "/[a-z0-9/.=&-]{0,16}(\\?[a-z0-9=&]{0,8})?",
-            version in prop_oneof![Just("1.1"), Just("1.0")],
-            fields in vec((
-                prop_oneof![Just("host"), Just("x-api-key"), Just("accept"), Just("connection"),
-                    Just("content-length"), Just("transfer-encoding"), Just("upgrade"),
-                    Just("expect"), Just("te")],
-                prop_oneof![Just("keep-alive".to_string()), Just("Keep-Alive".to_string()),
-                    Just("close".to_string()), "[a-zA-Z0-9]([a-zA-Z0-9 ;=]{0,8}[a-zA-Z0-9])?"],
-            ), 0..6),
-            next in prop_oneof![Just(""), Just("GET /next HTTP/1.1\r\n\r\n")],
-        ) {
-            let mut text = format!("{method} {target} HTTP/{version}\r\n");
-            for (name, value) in &fields {
-                text.push_str(&format!("{name}: {value}\r\n"));
-            }
-            text.push_str("\r\n");
-            let head_length = text.len();
-            text.push_str(next);
-            let mut read = BytesMut::from(text.as_bytes());
-            match parse_request(&mut read) {
-                Parsed::Request(request) => {
-                    prop_assert!(expected_here(version, method, &fields));
-                    prop_assert_eq!(request.method.as_str(), method);
-                    prop_assert_eq!(request.uri.to_string(), target);
-                    let sent: Vec<(String, String)> =
-                        fields.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
-                    prop_assert_eq!(request.fields.pairs(), sent);
-                    prop_assert_eq!(&read[..], &text.as_bytes()[head_length..]);
-                }
-                Parsed::Other => {
-                    prop_assert!(!expected_here(version, method, &fields));
-                    prop_assert_eq!(&read[..], text.as_bytes());
-                }
-                Parsed::Partial => prop_assert!(false, "a whole head is not partial"),
-            }
-        }
-    }
+    ReadRequest::Request(arriving.request, outcome)
 }

@@ -1,5 +1,6 @@
 //! Writing a response: its head (the status line, its fields, the gateway's added fields, the
-//! framing, `Date`) and its body, delimited as hyper would.
+//! framing, `Date`) and its body, delimited as RFC 9112 §6 says for the request it answers:
+//! no body after a `HEAD` (RFC 9110 §9.3.2), no chunked coding to an HTTP/1.0 client.
 
 use futures_util::FutureExt;
 use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
@@ -27,6 +28,18 @@ enum Length {
     None,
     Exactly(u64),
     Chunked,
+    /// To an HTTP/1.0 client, a body of unknown length ends when the connection closes.
+    UntilClose,
+}
+
+/// What the response answers, as its framing depends on it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct AnswerTo {
+    /// The connection may serve another request after this response.
+    pub keep_alive: bool,
+    /// The request was `HEAD`: the head only, its framing fields as for `GET`.
+    pub head_only: bool,
+    pub http10: bool,
 }
 
 /// Why a response was not written whole; the connection closes after it.
@@ -42,15 +55,23 @@ pub(super) enum WriteError {
     Stalled,
 }
 
-/// Writes the response: its head, then its body as it comes, gathered into few writes.
+/// Writes the response: its head, then its body as it comes, gathered into few writes. Ok with
+/// whether the connection stays open after it.
 pub(super) async fn write_response<S: AsyncWrite + Unpin>(
     io: &mut S,
     out: &mut Vec<u8>,
     response: Response<ResponseBody>,
-    keep_alive: bool,
-) -> Result<(), WriteError> {
+    answer_to: AnswerTo,
+) -> Result<bool, WriteError> {
     let (parts, mut body) = response.into_parts();
-    let length = body_length(parts.status, &parts.headers, &body);
+    let mut length = body_length(parts.status, &parts.headers, &body);
+    let mut keep_alive = answer_to.keep_alive;
+    if answer_to.head_only {
+        length = Length::None;
+    } else if answer_to.http10 && length == Length::Chunked {
+        length = Length::UntilClose;
+        keep_alive = false;
+    }
     out.clear();
     out.reserve(1024);
     encode_head(
@@ -58,19 +79,21 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
         parts.status,
         &Fields::of(&parts.headers, &body),
         length,
-        keep_alive,
+        (keep_alive, answer_to.http10),
     );
-    // The bytes still owed under a Content-Length; None when chunked.
+    // The bytes still owed under a Content-Length; None when chunked or until the close.
     let mut left = match length {
         Length::None => {
             drop(body);
-            return flush(io, out).await;
+            flush(io, out).await?;
+            return Ok(keep_alive);
         }
         Length::Exactly(n) => Some(n),
-        Length::Chunked => None,
+        Length::Chunked | Length::UntilClose => None,
     };
+    let chunked = length == Length::Chunked;
     while let Some(data) = next_data(io, out, &mut body).await? {
-        push_data(io, out, data, &mut left).await?;
+        push_data(io, out, data, &mut left, chunked).await?;
     }
     // A finished body lets go of its route slot and in-flight count before the response's
     // last bytes go out, as under hyper: a client that sends its next request at once must
@@ -79,9 +102,11 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
     match left {
         Some(0) => {}
         Some(_) => return Err(WriteError::Length),
-        None => out.extend_from_slice(b"0\r\n\r\n"),
+        None if chunked => out.extend_from_slice(b"0\r\n\r\n"),
+        None => {}
     }
-    flush(io, out).await
+    flush(io, out).await?;
+    Ok(keep_alive)
 }
 
 /// The body's next data; what is gathered is written first when none is ready yet. None at
@@ -111,25 +136,23 @@ async fn next_data<S: AsyncWrite + Unpin>(
     }
 }
 
-/// Adds `data` to the response: counted against the length `left`, or framed as a chunk.
-/// Large data is written from its own buffer rather than copied.
+/// Adds `data` to the response: counted against the length `left`, or framed as a chunk when
+/// `chunked`. Large data is written from its own buffer rather than copied.
 async fn push_data<S: AsyncWrite + Unpin>(
     io: &mut S,
     out: &mut Vec<u8>,
     data: Bytes,
     left: &mut Option<u64>,
+    chunked: bool,
 ) -> Result<(), WriteError> {
-    match left {
-        Some(left) => {
-            *left = left
-                .checked_sub(data.len() as u64)
-                .ok_or(WriteError::Length)?
-        }
-        None => {
-            let mut digits = [0u8; 16];
-            out.extend_from_slice(hex(data.len(), &mut digits));
-            out.extend_from_slice(b"\r\n");
-        }
+    if let Some(left) = left {
+        *left = left
+            .checked_sub(data.len() as u64)
+            .ok_or(WriteError::Length)?;
+    } else if chunked {
+        let mut digits = [0u8; 16];
+        out.extend_from_slice(hex(data.len(), &mut digits));
+        out.extend_from_slice(b"\r\n");
     }
     if data.len() >= WRITE_DIRECT {
         flush(io, out).await?;
@@ -137,7 +160,7 @@ async fn push_data<S: AsyncWrite + Unpin>(
     } else {
         out.extend_from_slice(&data);
     }
-    if left.is_none() {
+    if chunked {
         out.extend_from_slice(b"\r\n");
     }
     if out.len() >= WRITE_BATCH {
@@ -191,15 +214,17 @@ struct Fields<'a> {
 /// The status line; the response's fields less its framing, its `Connection` and those the
 /// added fields replace; a generated body's content type; the framing; the added fields;
 /// `Date` unless the response has one; and `Connection: close` when the connection closes
-/// after it.
+/// after it (`keep-alive` when it stays open for an HTTP/1.0 client, RFC 9112 §9.3).
 fn encode_head(
     out: &mut Vec<u8>,
     status: StatusCode,
     fields: &Fields<'_>,
     length: Length,
-    keep_alive: bool,
+    (keep_alive, http10): (bool, bool),
 ) {
-    out.extend_from_slice(b"HTTP/1.1 ");
+    // An HTTP/1.0 client is answered in its own version, as hyper answers it (RFC 9110 §6.2
+    // allows either).
+    out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
     out.extend_from_slice(status.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
@@ -214,7 +239,7 @@ fn encode_head(
     match length {
         Length::Exactly(n) => encode_length(out, n),
         Length::Chunked => encode_field(out, "transfer-encoding", b"chunked"),
-        Length::None => {}
+        Length::None | Length::UntilClose => {}
     }
     out.extend_from_slice(fields.added.lines());
     if !has_date {
@@ -222,6 +247,8 @@ fn encode_head(
     }
     if !keep_alive {
         encode_field(out, "connection", b"close");
+    } else if http10 {
+        encode_field(out, "connection", b"keep-alive");
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -302,188 +329,4 @@ mod date {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::added_fields::Added;
-
-    #[test]
-    fn a_head_has_the_fields_less_framing_and_replaced_ones_then_the_added_and_its_own() {
-        let response = Response::builder()
-            .status(StatusCode::OK)
-            .header("content-type", "text/plain")
-            .header("content-length", "2")
-            .header("transfer-encoding", "chunked")
-            .header("connection", "keep-alive")
-            .header("x-request-id", "upstream")
-            .body(ResponseBody::generated(Bytes::from_static(b"ok")))
-            .unwrap();
-        let (parts, mut body) = response.into_parts();
-        body.added_mut().add_value(Added::RequestId, b"ours");
-        let length = body_length(parts.status, &parts.headers, &body);
-        assert_eq!(length, Length::Exactly(2));
-        let mut out = Vec::new();
-        let fields = Fields::of(&parts.headers, &body);
-        encode_head(&mut out, parts.status, &fields, length, false);
-        let text = String::from_utf8(out).unwrap();
-        let (before_date, date) = text.split_once("date: ").unwrap();
-        assert_eq!(
-            before_date,
-            "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: 2\r\nx-request-id: ours\r\n"
-        );
-        assert!(
-            date.ends_with(" GMT\r\nconnection: close\r\n\r\n"),
-            "{date}"
-        );
-
-        let mut no_content = Response::new(ResponseBody::generated(Bytes::new()));
-        *no_content.status_mut() = StatusCode::NO_CONTENT;
-        no_content
-            .headers_mut()
-            .insert("content-length", "0".parse().unwrap());
-        let (parts, body) = no_content.into_parts();
-        assert_eq!(
-            body_length(parts.status, &parts.headers, &body),
-            Length::None
-        );
-        let mut out = Vec::new();
-        let fields = Fields::of(&parts.headers, &body);
-        encode_head(&mut out, parts.status, &fields, Length::None, true);
-        let text = String::from_utf8(out).unwrap();
-        assert!(
-            text.starts_with("HTTP/1.1 204 No Content\r\ndate: "),
-            "{text}"
-        );
-        assert!(!text.contains("content-length") && !text.contains("connection"));
-    }
-
-    #[test]
-    fn a_problems_head_has_its_content_type_once_in_place_of_the_maps() {
-        let mut problem = Response::new(ResponseBody::problem(Bytes::from_static(b"{}")));
-        problem
-            .headers_mut()
-            .insert("content-type", "text/plain".parse().unwrap());
-        let (parts, body) = problem.into_parts();
-        let mut out = Vec::new();
-        let fields = Fields::of(&parts.headers, &body);
-        encode_head(&mut out, parts.status, &fields, Length::Exactly(2), true);
-        let text = String::from_utf8(out).unwrap();
-        assert!(
-            text.starts_with(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/problem+json\r\ncontent-length: 2\r\n"
-            ),
-            "{text}"
-        );
-        assert_eq!(text.matches("content-type").count(), 1, "{text}");
-        let through_hyper = ResponseBody::with_fields_in_headers(Response::from_parts(parts, body));
-        assert_eq!(
-            through_hyper
-                .headers()
-                .get_all("content-type")
-                .iter()
-                .collect::<Vec<_>>(),
-            ["application/problem+json"]
-        );
-    }
-
-    #[test]
-    fn an_upstream_head_has_its_lines_less_replaced_ones_its_date_and_a_304s_length() {
-        let mut upstream = UpstreamFields::with_capacity(64);
-        upstream.push(b"Content-Type", b"text/plain");
-        upstream.push(b"X-Request-Id", b"theirs");
-        upstream.push(b"Date", b"Tue, 01 Dec 2026 03:00:00 GMT");
-        upstream.set_content_length(Some(7));
-        let mut added = AddedFields::default();
-        added.add_value(Added::RequestId, b"ours");
-        let own = HeaderMap::new();
-        let fields = Fields {
-            own: &own,
-            content_type: None,
-            upstream: Some(&upstream),
-            added: &added,
-        };
-        let head = |status, length| {
-            let mut out = Vec::new();
-            encode_head(&mut out, status, &fields, length, true);
-            String::from_utf8(out).unwrap()
-        };
-        assert_eq!(
-            head(StatusCode::OK, Length::Exactly(2)),
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nDate: Tue, 01 Dec 2026 03:00:00 GMT\r\n\
-             content-length: 2\r\nx-request-id: ours\r\n\r\n"
-        );
-        assert_eq!(
-            head(StatusCode::NOT_MODIFIED, Length::None),
-            "HTTP/1.1 304 Not Modified\r\nContent-Type: text/plain\r\n\
-             Date: Tue, 01 Dec 2026 03:00:00 GMT\r\ncontent-length: 7\r\nx-request-id: ours\r\n\r\n"
-        );
-        assert!(!head(StatusCode::NO_CONTENT, Length::None).contains("content-length"));
-    }
-
-    /// Records what the in-flight gauge said at each write.
-    struct Recorder {
-        bytes: Vec<u8>,
-        in_flight_at_writes: Vec<i64>,
-        in_flight: prometheus_client::metrics::gauge::Gauge,
-    }
-
-    impl AsyncWrite for Recorder {
-        fn poll_write(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-            buf: &[u8],
-        ) -> std::task::Poll<io::Result<usize>> {
-            let now = self.in_flight.get();
-            self.in_flight_at_writes.push(now);
-            self.bytes.extend_from_slice(buf);
-            std::task::Poll::Ready(Ok(buf.len()))
-        }
-
-        fn poll_flush(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-
-        fn poll_shutdown(
-            self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<io::Result<()>> {
-            std::task::Poll::Ready(Ok(()))
-        }
-    }
-
-    #[tokio::test]
-    async fn a_request_leaves_in_flight_before_its_last_bytes_are_written() {
-        use crate::metrics::{LabelText, Metrics, RouteLabel};
-        let metrics = Metrics::new();
-        let route = metrics.route("r");
-        let label = RouteLabel {
-            route: LabelText::from("r"),
-        };
-        for (status, body) in [(StatusCode::OK, "ok"), (StatusCode::NO_CONTENT, "")] {
-            let mut body = ResponseBody::generated(Bytes::from(body));
-            body.hold(None, route.enter());
-            let mut response = Response::new(body);
-            *response.status_mut() = status;
-            let mut io = Recorder {
-                bytes: Vec::new(),
-                in_flight_at_writes: Vec::new(),
-                in_flight: metrics.in_flight.get_or_create(&label).clone(),
-            };
-            write_response(&mut io, &mut Vec::new(), response, true)
-                .await
-                .unwrap();
-            assert_eq!(io.in_flight_at_writes.last(), Some(&0), "{status}");
-            assert!(io.bytes.ends_with(body_end(status)), "{status}");
-        }
-    }
-
-    fn body_end(status: StatusCode) -> &'static [u8] {
-        if status == StatusCode::OK {
-            b"\r\n\r\nok"
-        } else {
-            b"\r\n\r\n"
-        }
-    }
-}
+mod tests;

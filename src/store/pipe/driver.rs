@@ -15,7 +15,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use super::{Command, READ_CHUNK, Reply, STALLED_FOR, Settings, Shared};
-use crate::proxy::http1::Stream;
+use crate::http1::stream::Stream;
 use crate::store::redis::StoreError;
 use crate::store::resp::{Frame, parse};
 

@@ -1,4 +1,5 @@
-//! The byte streams under upstream HTTP/1.1: plain TCP or TLS, and what a 101 leaves behind.
+//! The byte streams under upstream HTTP/1.1 (and the Redis pipeline): plain TCP or TLS, and
+//! what a 101 leaves behind.
 
 use std::io;
 use std::pin::Pin;
@@ -30,8 +31,8 @@ impl Stream {
 
 /// An upstream connection after a 101, with the bytes that followed the 101 head.
 pub struct Upgraded {
-    pub(super) stream: Stream,
-    pub(super) early: Bytes,
+    pub(crate) stream: Stream,
+    pub(crate) early: Bytes,
 }
 
 impl AsyncRead for Upgraded {

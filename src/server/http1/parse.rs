@@ -1,0 +1,282 @@
+//! Reading a request head off the connection's buffer: the request line and fields
+//! (httparse, as hyper parses them), how the body is framed (RFC 9112 §6.3) and what the
+//! connection does after the request (RFC 9112 §9.3).
+
+use std::mem::MaybeUninit;
+use std::ops::Range;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
+
+use crate::canonical::{ArrivingBody, ProxyRequest};
+use crate::http1::HeadError;
+use crate::http1::fields::{Role, list_items, role};
+use crate::http1::framing::parse_decimal;
+use crate::request_fields::{FieldLines, RequestFields};
+
+/// Most fields in a request head, as hyper allows.
+pub(super) const MAX_FIELDS: usize = 100;
+
+/// How a request's body is delimited.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum BodyLength {
+    None,
+    Exactly(u64),
+    Chunked,
+}
+
+/// A request head as read, and what it says about its body and its connection.
+pub(super) struct Arriving {
+    /// The request, with no body or upgrade yet: the caller connects those.
+    pub request: ProxyRequest,
+    pub body: BodyLength,
+    /// The client may send another request on the connection after this one.
+    pub keep_alive: bool,
+    /// `Expect: 100-continue` on an HTTP/1.1 request with a body (RFC 9110 §10.1.1).
+    pub expects_continue: bool,
+    /// The request lists an `Upgrade`.
+    pub asks_upgrade: bool,
+}
+
+// Returned once a request and matched at once: boxing the request would cost an allocation.
+#[expect(clippy::large_enum_variant)]
+pub(super) enum Parsed {
+    Request(Arriving),
+    /// More bytes are needed.
+    Partial,
+    Refused(HeadError),
+}
+
+/// The request head at the start of `read`, split off it once complete. A head still
+/// incomplete at `max_head` bytes is refused.
+pub(super) fn parse_request(read: &mut BytesMut, max_head: usize) -> Parsed {
+    if read.is_empty() {
+        return Parsed::Partial;
+    }
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+    let mut parsed = httparse::Request::new(&mut []);
+    let length = match httparse::ParserConfig::default().parse_request_with_uninit_headers(
+        &mut parsed,
+        read,
+        &mut fields,
+    ) {
+        Ok(httparse::Status::Complete(length)) if length <= max_head => length,
+        Ok(httparse::Status::Partial) if read.len() < max_head => return Parsed::Partial,
+        Ok(_) => return Parsed::Refused(HeadError::TooLarge(max_head)),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Parsed::Refused(HeadError::TooManyFields(MAX_FIELDS));
+        }
+        // RFC 9113 §3.4: the preface means HTTP/2 only as a connection's first bytes.
+        Err(httparse::Error::Version) if read.starts_with(b"PRI * HTTP/2.0\r\n") => {
+            return Parsed::Refused(HeadError::LatePreface);
+        }
+        Err(httparse::Error::Version) => return Parsed::Refused(HeadError::Version),
+        Err(error) => return Parsed::Refused(HeadError::Malformed(error)),
+    };
+    match arriving(&parsed, &read[..length]) {
+        Ok((parts, framing)) => {
+            let head = read.split_to(length).freeze();
+            match parts.into_request(head, framing) {
+                Ok(arriving) => Parsed::Request(arriving),
+                Err(error) => Parsed::Refused(error),
+            }
+        }
+        Err(error) => Parsed::Refused(error),
+    }
+}
+
+/// A parsed head's parts, as places in its bytes.
+struct HeadParts {
+    method: Method,
+    target: Range<usize>,
+    version: Version,
+}
+
+/// What a head's fields say about its body and connection, and the fields themselves.
+struct Framing {
+    body: BodyLength,
+    keep_alive: bool,
+    expects_continue: bool,
+    asks_upgrade: bool,
+    fields: RequestFields,
+}
+
+fn arriving(
+    parsed: &httparse::Request<'_, '_>,
+    head: &[u8],
+) -> Result<(HeadParts, Framing), HeadError> {
+    let (Some(method), Some(target), Some(minor)) = (parsed.method, parsed.path, parsed.version)
+    else {
+        return Err(HeadError::Framing("incomplete request line"));
+    };
+    let method = Method::from_bytes(method.as_bytes()).map_err(|_| HeadError::Target)?;
+    let version = if minor == 0 {
+        Version::HTTP_10
+    } else {
+        Version::HTTP_11
+    };
+    // httparse hands out slices of the buffer.
+    let start = (target.as_ptr() as usize).wrapping_sub(head.as_ptr() as usize);
+    let target = start..start + target.len();
+    if target.end > head.len() {
+        return Err(HeadError::Target);
+    }
+    let framing = read_fields(parsed.headers, head, version)?;
+    Ok((
+        HeadParts {
+            method,
+            target,
+            version,
+        },
+        framing,
+    ))
+}
+
+/// Reads the fields: framing, connection options, expectation, and the fields as lines of
+/// the head (or, for a head too large for lines, as a header map).
+fn read_fields(
+    fields: &[httparse::Header<'_>],
+    head: &[u8],
+    version: Version,
+) -> Result<Framing, HeadError> {
+    let mut lines = Some(FieldLines::default());
+    let mut content_length = Ok(None);
+    let mut codings: Option<Vec<&[u8]>> = None;
+    let (mut close, mut keep_alive_asked, mut expects_continue, mut asks_upgrade) =
+        (false, false, false, false);
+    for field in fields {
+        let name = field.name.as_bytes();
+        let role = role(name);
+        match role {
+            Role::ContentLength => add_length(&mut content_length, field.value),
+            Role::TransferEncoding => codings
+                .get_or_insert_with(Vec::new)
+                .extend(list_items(field.value)),
+            Role::Connection => {
+                for option in list_items(field.value) {
+                    close |= option.eq_ignore_ascii_case(b"close");
+                    keep_alive_asked |= option.eq_ignore_ascii_case(b"keep-alive");
+                }
+            }
+            Role::Upgrade => asks_upgrade = true,
+            Role::EndToEnd if name.eq_ignore_ascii_case(b"expect") => {
+                expects_continue |= field.value.eq_ignore_ascii_case(b"100-continue");
+            }
+            _ => {}
+        }
+        if let Some(kept) = &mut lines
+            && kept.push(head, name, field.value, role).is_none()
+        {
+            lines = None;
+        }
+    }
+    let body = body_length(codings.as_deref(), content_length, version)?;
+    let keep_alive = match version {
+        Version::HTTP_10 => keep_alive_asked && !close,
+        _ => !close,
+    };
+    let fields = match lines {
+        Some(lines) => RequestFields::Lines(lines),
+        None => RequestFields::Map(header_map(fields)),
+    };
+    Ok(Framing {
+        body,
+        keep_alive,
+        expects_continue: expects_continue
+            && version == Version::HTTP_11
+            && body != BodyLength::None,
+        asks_upgrade,
+        fields,
+    })
+}
+
+/// One Content-Length, one decimal: a list or a repetition, even of one value, is refused as
+/// nginx and hyper refuse it (RFC 9110 §8.6 lets a recipient refuse it; RFC 9112 §6.3 item 5).
+fn add_length(seen: &mut Result<Option<u64>, &'static str>, value: &[u8]) {
+    *seen = match (*seen, parse_decimal(value)) {
+        (Err(error), _) => Err(error),
+        (Ok(Some(_)), _) => Err("repeated Content-Length"),
+        (Ok(None), None) => Err("invalid Content-Length"),
+        (Ok(None), Some(n)) => Ok(Some(n)),
+    };
+}
+
+/// RFC 9112 §6.3: chunked when it is the final transfer coding; a request with another final
+/// coding, or with Transfer-Encoding beside Content-Length or in HTTP/1.0, cannot be framed
+/// reliably (400, the connection closes). Codings before `chunked` are not undone here (501).
+fn body_length(
+    codings: Option<&[&[u8]]>,
+    content_length: Result<Option<u64>, &'static str>,
+    version: Version,
+) -> Result<BodyLength, HeadError> {
+    let Some(codings) = codings else {
+        return match content_length.map_err(HeadError::Framing)? {
+            None | Some(0) => Ok(BodyLength::None),
+            Some(n) => Ok(BodyLength::Exactly(n)),
+        };
+    };
+    if version == Version::HTTP_10 {
+        return Err(HeadError::Framing(
+            "Transfer-Encoding in an HTTP/1.0 request",
+        ));
+    }
+    if !matches!(content_length, Ok(None)) {
+        return Err(HeadError::Framing(
+            "both Transfer-Encoding and Content-Length",
+        ));
+    }
+    match codings {
+        [.., last] if last.eq_ignore_ascii_case(b"chunked") => {}
+        _ => {
+            return Err(HeadError::Framing(
+                "chunked is not the final transfer coding",
+            ));
+        }
+    }
+    if codings.len() > 1 {
+        let listed = codings.join(&b", "[..]);
+        return Err(HeadError::Coding(
+            String::from_utf8_lossy(&listed).into_owned(),
+        ));
+    }
+    Ok(BodyLength::Chunked)
+}
+
+/// The fields as a header map, for a head whose lines do not fit `FieldLines`' places (a
+/// name over 255 bytes, a head over 64 KiB). httparse checked names and values.
+fn header_map(fields: &[httparse::Header<'_>]) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(fields.len());
+    for field in fields {
+        let name = HeaderName::from_bytes(field.name.as_bytes());
+        let value = HeaderValue::from_bytes(field.value);
+        if let (Ok(name), Ok(value)) = (name, value) {
+            map.append(name, value);
+        }
+    }
+    map
+}
+
+impl HeadParts {
+    /// The request in `head`, the bytes the parts point into.
+    fn into_request(self, head: Bytes, framing: Framing) -> Result<Arriving, HeadError> {
+        let uri = Uri::from_maybe_shared(head.slice(self.target)).map_err(|_| HeadError::Target)?;
+        let fields = match framing.fields {
+            RequestFields::Lines(lines) => RequestFields::Lines(lines.in_head(head)),
+            map => map,
+        };
+        Ok(Arriving {
+            request: ProxyRequest {
+                method: self.method,
+                uri,
+                version: self.version,
+                fields,
+                upgrade: None,
+                body: ArrivingBody::None,
+            },
+            body: framing.body,
+            keep_alive: framing.keep_alive,
+            expects_continue: framing.expects_continue,
+            asks_upgrade: framing.asks_upgrade,
+        })
+    }
+}
