@@ -2,7 +2,8 @@
 //! HTTP/1.1 client reads them into these lines instead of a header map: the gateway's own
 //! server copies the lines into its head in one piece, and only hyper's path (HTTP/2,
 //! connections handed to hyper) parses them into a map. Building, hashing and dropping the
-//! map cost a proxied request ~2.5k instructions, a tenth of it (docs/PERFORMANCE.md).
+//! map was one of the larger costs of a proxied request (docs/PERFORMANCE.md, "Design
+//! decisions that keep it fast").
 //!
 //! Names keep the upstream's spelling (field names are case-insensitive; nginx passes them on
 //! as they come too).

@@ -15,7 +15,7 @@ pub fn wants_upgrade(fields: &RequestFields) -> bool {
 
 /// True when a `Connection` field lists `token` (case-insensitive, over every line).
 /// (`contains` first: it finds Connection by role, and most requests have none, where walking
-/// the values cost ~90 instructions.)
+/// the values would be work for nothing.)
 pub fn connection_has(fields: &RequestFields, token: &str) -> bool {
     fields.contains(&CONNECTION)
         && fields

@@ -85,7 +85,7 @@ impl ServerHealth {
 
     /// True when the server may take traffic now (passes checks, not ejected). The clock is
     /// read only for a server that was ejected (0: never, or trusted again): a clock read on
-    /// every pick was ~60 instructions of every proxied request.
+    /// every pick would be one more on every proxied request.
     pub fn is_available_now(&self) -> bool {
         let ejected_until_ms = self.ejected_until_ms.load(Ordering::Relaxed);
         self.passes_checks.load(Ordering::Relaxed)

@@ -134,7 +134,7 @@ struct LockedShards<'a> {
     /// Their guards, in ascending shard order.
     guards: Small<MutexGuard<'a, Shard>>,
     /// Each locked shard's place in `guards`. (Counting the touched bits below a shard was a
-    /// software popcount on this target's baseline, ~19 instructions, twice a window.)
+    /// software popcount on this target's baseline, twice a window.)
     slots: [u8; SHARDS],
 }
 
@@ -151,7 +151,7 @@ impl LockedShards<'_> {
 impl Shard {
     /// The key a window is stored under: its own, or an overflow cell when the shard is full;
     /// and its own entry's cell while live, found by the same probe (a second probe in
-    /// `check` cost ~40 instructions a window).
+    /// `check` searched the table again for every window).
     fn resolve(&mut self, key: [u64; 2], now: Nanos, capacity: usize) -> ([u64; 2], Option<Cell>) {
         let hash = key[1];
         let (known, cell) = match self.cells.find(hash, |e| e.key == key) {
@@ -243,7 +243,8 @@ impl Shard {
 }
 
 /// The windows of one limit's identity share a shard: a request under two limits of two
-/// windows locks two shards, not four (each lock and unlock ~50 instructions).
+/// windows locks two shards, not four (every shard locked adds a lock and an unlock to the
+/// request).
 fn shard_of(request: &WindowRequest) -> usize {
     (request.limit_identity >> 122) as usize % SHARDS
 }
