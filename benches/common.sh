@@ -119,7 +119,7 @@ steal_ticks() { awk '/^cpu / {print $9}' /proc/stat; }
 # with the kernel's autogroup scheduling (kernel.sched_autogroup_enabled, on here) a session is
 # one scheduling group, and a proxy left in the script's session shares one group with wrk and
 # the echo upstream, which then preempt it about ten times as often as they do the daemon nginx
-# (docs/PERFORMANCE.md, seventeenth round).
+# (docs/PERFORMANCE.md, "Limits of the measurements").
 own_session() {
   for p in "$@"; do
     [ "$(ps -o sid= -p "$p" | tr -d ' ')" = "$p" ] || { echo "process $p does not lead a session of its own (setsid forked?)" >&2; exit 1; }
