@@ -9,7 +9,6 @@ use std::future::poll_fn;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
@@ -24,10 +23,13 @@ use crate::http1::fields::lists;
 use crate::http1::request_body::server_body;
 use crate::http1::upgrade::{UpgradeSender, pending_upgrade};
 use crate::proxy::{self, ClientConnection, Runtime};
-use crate::respond::{GatewayError, ResponseBody, error_response};
+use crate::respond::ResponseBody;
 
+mod closing;
 mod parse;
 mod reader;
+#[cfg(any(test, fuzzing))]
+pub use parse::{ReadRequest, read_for_fuzzing};
 #[cfg(test)]
 mod tests;
 mod write;
@@ -38,10 +40,6 @@ use write::{AnswerTo, WriteError, write_response};
 
 /// A write buffer grown past this by a large response is not kept for the next.
 const MAX_IDLE_WRITE_BUFFER: usize = 128 * 1024;
-/// How long, and how much, a closing connection still reads and discards what the client
-/// sent, so that the answer is not lost to a reset (nginx's lingering close).
-const LINGER_TIME: Duration = Duration::from_secs(2);
-const LINGER_BYTES: usize = 1024 * 1024;
 /// The first bytes of every HTTP/2 connection (RFC 9113 §3.4).
 const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
@@ -377,39 +375,6 @@ impl<S: ClientIo> Connection<S> {
             }
         }
     }
-
-    /// Answers a head that cannot be served, then closes.
-    async fn refuse(&mut self, error: HeadError, client: &ClientConnection) {
-        tracing::debug!(peer = %client.peer, %error, "refusing a request head");
-        let request_id = crate::request_id::mint();
-        let response = error_response(&GatewayError::Head(error), &request_id);
-        let answer_to = AnswerTo {
-            keep_alive: false,
-            head_only: false,
-            http10: false,
-        };
-        let writing = write_response(&mut self.writer, &mut self.out, response, answer_to);
-        if tokio::time::timeout(LINGER_TIME, writing).await.is_ok() {
-            self.close().await;
-        }
-    }
-
-    /// Closes the sending side, then reads and discards what the client still sends for a
-    /// while, so that a client still sending a body gets the answer rather than a reset.
-    async fn close(&mut self) {
-        let _ = self.writer.shutdown().await;
-        let discard = async {
-            let mut discarded = 0;
-            while discarded < LINGER_BYTES {
-                self.reader.read.clear();
-                if !self.reader.read_more().await {
-                    break;
-                }
-                discarded += self.reader.read.len();
-            }
-        };
-        let _ = tokio::time::timeout(LINGER_TIME, discard).await;
-    }
 }
 
 /// Writes a response while the watch looks on and the request body is read as the upstream
@@ -445,46 +410,4 @@ fn asks_to_close(headers: &HeaderMap) -> bool {
         .get_all(CONNECTION)
         .iter()
         .any(|value| lists(value.as_bytes(), b"close"))
-}
-
-/// A request as the server reads it from `bytes`, followed by the client's close: its head,
-/// then its body through the same framing: for the fuzz targets and the tests against hyper.
-#[cfg(any(test, fuzzing))]
-#[expect(clippy::large_enum_variant, reason = "made once per test input")]
-pub enum ReadRequest {
-    /// The head and the body, `Err` when the body's framing is broken or it is cut short.
-    Request(crate::canonical::ProxyRequest, Result<Vec<u8>, String>),
-    /// The head is not complete.
-    Partial,
-    Refused(HeadError),
-}
-
-#[cfg(any(test, fuzzing))]
-pub fn read_for_fuzzing(bytes: &[u8]) -> ReadRequest {
-    use crate::http1::framing::{Chunk, Framing, decode};
-    let mut read = BytesMut::from(bytes);
-    let arriving = match parse_request(&mut read, 64 * 1024) {
-        Parsed::Request(arriving) => arriving,
-        Parsed::Partial => return ReadRequest::Partial,
-        Parsed::Refused(error) => return ReadRequest::Refused(error),
-    };
-    let mut framing = match arriving.body {
-        BodyLength::None => Framing::Done,
-        BodyLength::Exactly(n) => Framing::Length(n),
-        BodyLength::Chunked => Framing::Chunked(Chunk::Size),
-    };
-    let mut body = Vec::new();
-    let outcome = loop {
-        match decode(&mut framing, &mut read) {
-            Ok(Some(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    body.extend_from_slice(data);
-                }
-            }
-            Ok(None) if framing == Framing::Done => break Ok(body),
-            Ok(None) => break Err("the body is cut short".to_owned()),
-            Err(error) => break Err(error.to_string()),
-        }
-    };
-    ReadRequest::Request(arriving.request, outcome)
 }

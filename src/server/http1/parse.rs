@@ -280,3 +280,45 @@ impl HeadParts {
         })
     }
 }
+
+/// A request as the server reads it from `bytes`, followed by the client's close: its head,
+/// then its body through the same framing: for the fuzz targets and the tests against hyper.
+#[cfg(any(test, fuzzing))]
+#[expect(clippy::large_enum_variant, reason = "made once per test input")]
+pub enum ReadRequest {
+    /// The head and the body, `Err` when the body's framing is broken or it is cut short.
+    Request(crate::canonical::ProxyRequest, Result<Vec<u8>, String>),
+    /// The head is not complete.
+    Partial,
+    Refused(HeadError),
+}
+
+#[cfg(any(test, fuzzing))]
+pub fn read_for_fuzzing(bytes: &[u8]) -> ReadRequest {
+    use crate::http1::framing::{Chunk, Framing, decode};
+    let mut read = BytesMut::from(bytes);
+    let arriving = match parse_request(&mut read, 64 * 1024) {
+        Parsed::Request(arriving) => arriving,
+        Parsed::Partial => return ReadRequest::Partial,
+        Parsed::Refused(error) => return ReadRequest::Refused(error),
+    };
+    let mut framing = match arriving.body {
+        BodyLength::None => Framing::Done,
+        BodyLength::Exactly(n) => Framing::Length(n),
+        BodyLength::Chunked => Framing::Chunked(Chunk::Size),
+    };
+    let mut body = Vec::new();
+    let outcome = loop {
+        match decode(&mut framing, &mut read) {
+            Ok(Some(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    body.extend_from_slice(data);
+                }
+            }
+            Ok(None) if framing == Framing::Done => break Ok(body),
+            Ok(None) => break Err("the body is cut short".to_owned()),
+            Err(error) => break Err(error.to_string()),
+        }
+    };
+    ReadRequest::Request(arriving.request, outcome)
+}
