@@ -107,7 +107,10 @@ pub(super) async fn serve<S: ClientIo, W: Watch>(
         writer,
         out: Vec::new(),
     };
-    if let Some(upgrade) = connection.serve(answerer, watch, max_head).await {
+    // Pinned where they are made, here and below: `.await` on a call first moves the whole
+    // future (room for every one of its states) into place.
+    let upgrade = pin!(connection.serve(answerer, watch, max_head)).await;
+    if let Some(upgrade) = upgrade {
         let Connection { reader, writer, .. } = connection;
         let mut io = reader.io.unsplit(writer);
         io.put_back(reader.read);
@@ -173,7 +176,8 @@ impl<S: ClientIo> Connection<S> {
         max_head: usize,
     ) -> Option<UpgradeSender> {
         loop {
-            let arriving = match self.next_head(answerer, watch, max_head).await {
+            let next = pin!(self.next_head(answerer, watch, max_head)).await;
+            let arriving = match next {
                 Ok(Some(arriving)) => arriving,
                 Ok(None) => return None,
                 Err(error) => {
@@ -181,7 +185,8 @@ impl<S: ClientIo> Connection<S> {
                     return None;
                 }
             };
-            match self.serve_one(arriving, answerer, watch).await {
+            let served = pin!(self.serve_one(arriving, answerer, watch)).await;
+            match served {
                 Served::Next => {}
                 Served::Close => {
                     self.close().await;
@@ -281,9 +286,8 @@ impl<S: ClientIo> Connection<S> {
         let Some((response, stopping)) = answered else {
             return Served::Abort;
         };
-        let served = self
-            .respond(response, answer_to, upgrade, watch, stopping, answerer)
-            .await;
+        let responding = self.respond(response, answer_to, upgrade, watch, stopping, answerer);
+        let served = pin!(responding).await;
         drop(answering);
         served
     }
