@@ -9,7 +9,7 @@ use super::raw::{RawConfig, RawRoute};
 use super::server::{log_config, server};
 use super::upstreams::upstream;
 use super::{Config, ConfigError, RouteConfig, UpstreamConfig};
-use super::{limits, network, requests, tls};
+use super::{limits, network, plans, requests, response, store, tls};
 
 pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigError> {
     let mut problems = Problems::default();
@@ -36,8 +36,8 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
             }
         });
     let log = log_config(raw.log.as_ref(), &mut problems);
-    let store = limits::store(raw.store.as_ref(), base_dir, &mut problems);
-    let response = limits::response(raw.response.as_ref(), &mut problems);
+    let store = store::store(raw.store.as_ref(), base_dir, &mut problems);
+    let response = response::response(raw.response.as_ref(), &mut problems);
     let limit_rules = limits::limits(&raw.limits, &ip_lists, store.on_error, &mut problems);
     unique_names(
         limit_rules.iter().map(|l| &*l.name),
@@ -45,9 +45,9 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         &mut problems,
     );
     if store.redis.is_some() {
-        limits::check_redis_arithmetic(&limit_rules, &mut problems);
+        store::check_redis_arithmetic(&limit_rules, &mut problems);
     }
-    let plans = limits::plans(
+    let plans = plans::plans(
         raw.plans.as_ref(),
         &limit_rules,
         &store,
