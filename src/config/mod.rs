@@ -1,15 +1,20 @@
-//! The config contract (DESIGN.md §3): the file is parsed into `raw` types, then `validate`
-//! turns it into this typed `Config` or into every problem it found, each with its key path.
-//! Nothing downstream re-validates.
+//! The config contract (docs/ARCHITECTURE.md; every key in the README's "Configuration
+//! reference"): the file is parsed into `raw` types, then `validate` turns it into this typed
+//! `Config` or into every problem it found, each with its key path. Nothing downstream
+//! re-validates.
 
 mod document;
 mod duration;
 mod limits;
 mod network;
+mod plans;
 mod problems;
+mod rates;
 mod raw;
 mod requests;
+mod response;
 mod server;
+mod store;
 mod tls;
 mod upstreams;
 mod validate;

@@ -31,31 +31,7 @@ pub(super) fn log_config(raw: Option<&RawLog>, problems: &mut Problems) -> LogCo
 }
 
 pub(super) fn server(raw: &RawServer, problems: &mut Problems) -> ServerConfig {
-    let default_listen = vec!["0.0.0.0:8080".to_string()];
-    let listen_text = raw.listen.as_ref().unwrap_or(&default_listen);
-    if listen_text.is_empty() {
-        problems.push(
-            "server.listen",
-            "expected at least one address such as \"0.0.0.0:8080\"",
-        );
-    }
-    let listen = listen_text
-        .iter()
-        .enumerate()
-        .filter_map(|(i, text)| match text.parse::<SocketAddr>() {
-            Ok(addr) => Some(addr),
-            Err(_) => {
-                problems.push(
-                    format!("server.listen[{i}]"),
-                    format!(
-                        "expected IP:port such as \"0.0.0.0:8080\", got {}",
-                        echo(text)
-                    ),
-                );
-                None
-            }
-        })
-        .collect();
+    let listen = listen(raw, problems);
     ServerConfig {
         listen,
         header_read_timeout: problems.duration(
@@ -116,6 +92,35 @@ pub(super) fn server(raw: &RawServer, problems: &mut Problems) -> ServerConfig {
         underscores: requests::underscores(raw, problems),
         escaped_slashes: requests::escaped_slashes(raw, problems),
     }
+}
+
+/// `listen`: at least one `IP:port`.
+fn listen(raw: &RawServer, problems: &mut Problems) -> Vec<SocketAddr> {
+    let default_listen = vec!["0.0.0.0:8080".to_string()];
+    let listen_text = raw.listen.as_ref().unwrap_or(&default_listen);
+    if listen_text.is_empty() {
+        problems.push(
+            "server.listen",
+            "expected at least one address such as \"0.0.0.0:8080\"",
+        );
+    }
+    listen_text
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| match text.parse::<SocketAddr>() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                problems.push(
+                    format!("server.listen[{i}]"),
+                    format!(
+                        "expected IP:port such as \"0.0.0.0:8080\", got {}",
+                        echo(text)
+                    ),
+                );
+                None
+            }
+        })
+        .collect()
 }
 
 const MAX_WORKERS: i64 = 1024;

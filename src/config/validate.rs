@@ -5,11 +5,12 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use super::problems::{Problems, echo};
-use super::raw::{RawConfig, RawRoute};
+use super::raw::{RawAdmin, RawConfig, RawRoute, RawUpstream};
 use super::server::{log_config, server};
 use super::upstreams::upstream;
 use super::{Config, ConfigError, RouteConfig, UpstreamConfig};
-use super::{limits, network, requests, tls};
+use super::{limits, network, plans, requests, response, store, tls};
+use crate::limit::rules::LimitRule;
 
 pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigError> {
     let mut problems = Problems::default();
@@ -22,22 +23,10 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
     let admin = raw
         .admin
         .as_ref()
-        .and_then(|a| match a.listen.parse::<SocketAddr>() {
-            Ok(addr) => Some(addr),
-            Err(_) => {
-                problems.push(
-                    "admin.listen",
-                    format!(
-                        "expected IP:port such as \"127.0.0.1:9090\", got {}",
-                        echo(&a.listen)
-                    ),
-                );
-                None
-            }
-        });
+        .and_then(|a| admin_listen(a, &mut problems));
     let log = log_config(raw.log.as_ref(), &mut problems);
-    let store = limits::store(raw.store.as_ref(), base_dir, &mut problems);
-    let response = limits::response(raw.response.as_ref(), &mut problems);
+    let store = store::store(raw.store.as_ref(), base_dir, &mut problems);
+    let response = response::response(raw.response.as_ref(), &mut problems);
     let limit_rules = limits::limits(&raw.limits, &ip_lists, store.on_error, &mut problems);
     unique_names(
         limit_rules.iter().map(|l| &*l.name),
@@ -45,9 +34,9 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         &mut problems,
     );
     if store.redis.is_some() {
-        limits::check_redis_arithmetic(&limit_rules, &mut problems);
+        store::check_redis_arithmetic(&limit_rules, &mut problems);
     }
-    let plans = limits::plans(
+    let plans = plans::plans(
         raw.plans.as_ref(),
         &limit_rules,
         &store,
@@ -60,29 +49,13 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         plans.as_ref(),
         &mut problems,
     );
-    let upstreams: Vec<UpstreamConfig> = raw
-        .upstreams
-        .iter()
-        .enumerate()
-        .map(|(i, u)| upstream(u, &format!("upstreams[{i}]"), base_dir, &mut problems))
-        .collect();
+    let upstreams = upstreams(&raw.upstreams, base_dir, &mut problems);
     let upstream_index = unique_names(
         upstreams.iter().map(|u| u.name.as_str()),
         "upstreams",
         &mut problems,
     );
-    let routes: Vec<RouteConfig> = raw
-        .routes
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let path = format!("routes[{i}]");
-            let mut route = route(r, &path, &upstream_index, &mut problems);
-            (route.limits, route.cost, route.max_in_flight) =
-                limits::route_limits(r, &path, &limit_rules, &mut problems);
-            route
-        })
-        .collect();
+    let routes = routes(&raw.routes, &upstream_index, &limit_rules, &mut problems);
     unique_names(
         routes.iter().map(|r| r.name.as_str()),
         "routes",
@@ -92,12 +65,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         problems.push("routes", "expected at least one [[routes]] entry");
     }
     if !problems.is_empty() {
-        let (problems, omitted, _, _) = problems.into_parts();
-        return Err(ConfigError::Invalid {
-            file: source.to_string(),
-            problems,
-            omitted,
-        });
+        return Err(invalid(problems, source));
     }
     let (_, _, warnings, files) = problems.into_parts();
     Ok(Config {
@@ -118,6 +86,57 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         upstreams,
         routes,
     })
+}
+
+/// `[admin] listen`.
+fn admin_listen(raw: &RawAdmin, problems: &mut Problems) -> Option<SocketAddr> {
+    match raw.listen.parse::<SocketAddr>() {
+        Ok(addr) => Some(addr),
+        Err(_) => {
+            problems.push(
+                "admin.listen",
+                format!(
+                    "expected IP:port such as \"127.0.0.1:9090\", got {}",
+                    echo(&raw.listen)
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn invalid(problems: Problems, source: &str) -> ConfigError {
+    let (problems, omitted, _, _) = problems.into_parts();
+    ConfigError::Invalid {
+        file: source.to_string(),
+        problems,
+        omitted,
+    }
+}
+
+fn upstreams(raw: &[RawUpstream], base_dir: &Path, problems: &mut Problems) -> Vec<UpstreamConfig> {
+    raw.iter()
+        .enumerate()
+        .map(|(i, u)| upstream(u, &format!("upstreams[{i}]"), base_dir, problems))
+        .collect()
+}
+
+fn routes(
+    raw: &[RawRoute],
+    upstreams: &HashMap<&str, usize>,
+    limits: &[LimitRule],
+    problems: &mut Problems,
+) -> Vec<RouteConfig> {
+    raw.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let path = format!("routes[{i}]");
+            let mut route = route(r, &path, upstreams, problems);
+            (route.limits, route.cost, route.max_in_flight) =
+                limits::route_limits(r, &path, limits, problems);
+            route
+        })
+        .collect()
 }
 
 fn route(

@@ -8,17 +8,19 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::RateStatus;
 use super::key::{
-    IdentityBuilder, IdentityHasher, Missing, PartValue, RequestFacts, window_identity,
+    Identity, IdentityBuilder, IdentityHasher, Missing, PartValue, RequestFacts, window_identity,
 };
 use super::rules::{LimitRule, OnError, Plans, Window};
-use super::{Rate, RateStatus, WindowCheck};
 use crate::clock::Nanos;
 use crate::request_fields::Repeated;
-use crate::store::denied::Denied;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{Outcome, RedisStore, StoreError};
+use crate::store::redis::{RedisStore, StoreError};
 use crate::store::{Small, WindowRequest};
+
+mod decision;
+mod shared_store;
 
 /// The limits a route applies.
 #[derive(Debug, Clone, Default)]
@@ -163,39 +165,12 @@ impl Limiter {
         let mut requests: Small<WindowRequest> = Small::new();
         let mut origins: Small<&Window> = Small::new();
         for &index in &route.rules {
-            let rule = &self.rules[index];
-            if rule
-                .exempt_lists
-                .iter()
-                .any(|(_, ips)| ips.contains(client_ip))
-            {
-                continue;
-            }
-            let Some(windows) = rule.windows_for(tier) else {
-                continue;
-            };
-            let builder = match tier {
-                None => self.untiered[index].clone(),
-                Some(tier) => policy_identity(&self.hasher, rule, tier, windows),
-            };
-            let identity = match identity(builder, rule, facts) {
-                Ok(Some(builder)) => builder.finish(),
+            let (windows, identity) = match self.applied_windows(index, tier, facts, client_ip) {
+                Ok(Some(applied)) => applied,
                 Ok(None) => continue,
-                Err(KeyProblem::Missing(part)) => {
-                    return LimitDecision::MissingKey {
-                        limit: rule.name.clone(),
-                        part,
-                    }
-                    .into();
-                }
-                Err(KeyProblem::Repeated(part)) => {
-                    return LimitDecision::RepeatedKey {
-                        limit: rule.name.clone(),
-                        part,
-                    }
-                    .into();
-                }
+                Err(problem) => return problem.refusal(&self.rules[index].name).into(),
             };
+            let rule = &self.rules[index];
             for (w, window) in windows.iter().enumerate() {
                 requests.push(WindowRequest {
                     identity: window_identity(identity, w),
@@ -229,149 +204,33 @@ impl Limiter {
         }
     }
 
-    /// The Redis path: a standing denial, else one call, else the fallback.
-    // An `async move` block, not an `async fn`: see `proxy::handle`.
-    #[expect(clippy::manual_async_fn)]
-    fn evaluate_shared(
+    /// The windows of limit `index` a request meets, and its identity under them; None when
+    /// the limit does not apply to it (an exempt address, an unlimited tier, or a key part
+    /// missing that the limit skips).
+    fn applied_windows(
         &self,
-        redis: &RedisStore,
-        requests: Small<WindowRequest>,
-        origins: Small<&Window>,
-        cost: u64,
-        now: Nanos,
-    ) -> impl Future<Output = Evaluated> {
-        async move {
-            let (requests, origins) = (&requests[..], &origins[..]);
-            if let Some(denial) = self.standing_denial(redis, requests, cost, now) {
-                return denial.into();
-            }
-            let limits: Small<&str> = requests
-                .iter()
-                .map(|r| &*self.rules[r.group].name)
-                .collect();
-            let outcome = redis.check_all(requests, &limits, None).await;
-            let Some(error) = outcome.error.clone() else {
-                let checks: Small<WindowCheck> = outcome.checks.into_iter().flatten().collect();
-                let decision = self.decide(requests, origins, &checks, Small::new());
-                if let LimitDecision::Deny {
-                    limit,
-                    identity,
-                    retry_after,
-                    statuses,
-                    ..
-                } = &decision
-                {
-                    let denial = Denied {
-                        limit: limit.clone(),
-                        retry_after: *retry_after,
-                        statuses: statuses.clone(),
-                    };
-                    redis.denied.remember(*identity, cost, &denial, now);
-                }
-                return decision.into();
-            };
-            Evaluated {
-                decision: self.fall_back(requests, origins, outcome, &error, now),
-                store_error: Some(error),
-            }
-        }
-    }
-
-    /// A denial the shared store gave earlier that still stands for one of the enforced limits.
-    fn standing_denial(
-        &self,
-        redis: &RedisStore,
-        requests: &[WindowRequest],
-        cost: u64,
-        now: Nanos,
-    ) -> Option<LimitDecision> {
-        let mut previous = None;
-        for request in requests.iter().filter(|r| !r.shadow) {
-            if previous == Some(request.limit_identity) {
-                continue;
-            }
-            previous = Some(request.limit_identity);
-            if let Some(denied) = redis.denied.lookup(request.limit_identity, cost, now) {
-                return Some(LimitDecision::Deny {
-                    limit: denied.limit,
-                    rule: request.group,
-                    identity: request.limit_identity,
-                    retry_after: denied.retry_after,
-                    statuses: denied.statuses,
-                });
-            }
-        }
-        None
-    }
-
-    /// Decides without the windows the store could not check, per their limit's `on_error`:
-    /// allow drops the limit, deny refuses the request, local checks the limit divided by
-    /// `fallback_instances` in this process. Windows the store did check (a cluster's other
-    /// identities) keep their answers.
-    fn fall_back(
-        &self,
-        requests: &[WindowRequest],
-        origins: &[&Window],
-        outcome: Outcome,
-        error: &StoreError,
-        now: Nanos,
-    ) -> LimitDecision {
-        let mut checked: (Small<WindowRequest>, Small<&Window>, Small<WindowCheck>) =
-            Default::default();
-        let mut local: (Small<WindowRequest>, Small<&Window>) = Default::default();
-        let mut degraded: Small<(usize, OnError)> = Small::new();
-        for ((request, origin), check) in requests.iter().zip(origins).zip(outcome.checks) {
-            if let Some(check) = check {
-                checked.0.push(request.clone());
-                checked.1.push(origin);
-                checked.2.push(check);
-                continue;
-            }
-            if request.shadow {
-                continue;
-            }
-            let rule = &self.rules[request.group];
-            if !degraded.iter().any(|(g, _)| *g == request.group) {
-                degraded.push((request.group, rule.on_error));
-            }
-            match rule.on_error {
-                OnError::Allow => {}
-                OnError::Deny => {
-                    return LimitDecision::Unavailable {
-                        limit: rule.name.clone(),
-                        retry_after: error.retry_in(),
-                    };
-                }
-                OnError::Local => {
-                    local.0.push(WindowRequest {
-                        rate: divided(&request.rate, self.stores.fallback_instances),
-                        ..request.clone()
-                    });
-                    local.1.push(origin);
-                }
-            }
-        }
-        let denied_already = checked
-            .0
+        index: usize,
+        tier: Option<&str>,
+        facts: &RequestFacts<'_>,
+        client_ip: IpAddr,
+    ) -> Result<Option<(&[Window], Identity)>, KeyProblem> {
+        let rule = &self.rules[index];
+        if rule
+            .exempt_lists
             .iter()
-            .zip(&checked.2)
-            .any(|(r, c)| !r.shadow && !c.is_allow());
-        if !denied_already && !local.0.is_empty() {
-            let local_checks = self.stores.memory.check_all(&local.0, now);
-            checked.0.extend(local.0);
-            checked.1.extend(local.1);
-            checked.2.extend(local_checks);
+            .any(|(_, ips)| ips.contains(client_ip))
+        {
+            return Ok(None);
         }
-        if checked.0.is_empty() {
-            return LimitDecision::Allow {
-                delay: Duration::ZERO,
-                statuses: Small::new(),
-                shadow_denied: Vec::new(),
-                applied: Small::new(),
-                degraded,
-            };
-        }
-        self.decide(&checked.0, &checked.1, &checked.2, degraded)
+        let Some(windows) = rule.windows_for(tier) else {
+            return Ok(None);
+        };
+        let builder = match tier {
+            None => self.untiered[index].clone(),
+            Some(tier) => policy_identity(&self.hasher, rule, tier, windows),
+        };
+        let identity = identity(builder, rule, facts)?;
+        Ok(identity.map(|builder| (windows, builder.finish())))
     }
 
     async fn tier_of<'a>(
@@ -397,78 +256,6 @@ impl Limiter {
             .or(plans.default.as_ref())
             .map(|t| TierName::Configured(t)))
     }
-
-    /// One pass over the checked windows: the enforced ones give the statuses (a denial's
-    /// window, else the most restrictive, moved first), the shadow ones what they would have
-    /// denied. Sorting the statuses and collecting the enforced windows first cost a request
-    /// under two limits ~0.5k instructions; only the first place is promised.
-    fn decide(
-        &self,
-        requests: &[WindowRequest],
-        origins: &[&Window],
-        checks: &[WindowCheck],
-        degraded: Small<(usize, OnError)>,
-    ) -> LimitDecision {
-        let mut statuses: Small<RateStatus> = Small::new();
-        let mut worst: Option<(usize, Duration, &WindowRequest)> = None;
-        let mut delay = Duration::ZERO;
-        let mut applied: Small<usize> = Small::new();
-        let mut shadow_denied: Vec<Arc<str>> = Vec::new();
-        let mut last_shadow_denied = None;
-        for ((request, window), check) in requests.iter().zip(origins).zip(checks) {
-            if request.shadow {
-                if !check.is_allow() && last_shadow_denied != Some(request.group) {
-                    last_shadow_denied = Some(request.group);
-                    shadow_denied.push(self.rules[request.group].name.clone());
-                }
-                continue;
-            }
-            match *check {
-                // The last of equally long waits, as `max_by_key` picked it.
-                WindowCheck::Deny { retry_after, .. }
-                    if worst.is_none_or(|(_, longest, _)| retry_after >= longest) =>
-                {
-                    worst = Some((statuses.len(), retry_after, request));
-                }
-                WindowCheck::Deny { .. } => {}
-                WindowCheck::Allow { delay: wait, .. } => delay = delay.max(wait),
-            }
-            if applied.last() != Some(&request.group) {
-                applied.push(request.group);
-            }
-            statuses.push(status_of(window, &request.rate, check));
-        }
-        if let Some((i, retry_after, request)) = worst {
-            statuses.swap(0, i);
-            return LimitDecision::Deny {
-                limit: self.rules[request.group].name.clone(),
-                rule: request.group,
-                identity: request.limit_identity,
-                retry_after,
-                statuses,
-            };
-        }
-        if let Some(first) = most_restrictive(&statuses) {
-            statuses.swap(0, first);
-        }
-        LimitDecision::Allow {
-            applied,
-            delay,
-            statuses,
-            shadow_denied,
-            degraded,
-        }
-    }
-}
-
-/// Where the first of the statuses with the fewest requests remaining, then the longest
-/// reset, is (`min_by` keeps the first of equals, as the stable sort this replaced did).
-fn most_restrictive(statuses: &[RateStatus]) -> Option<usize> {
-    statuses
-        .iter()
-        .enumerate()
-        .min_by(|(_, a), (_, b)| a.remaining.cmp(&b.remaining).then(b.reset.cmp(&a.reset)))
-        .map(|(i, _)| i)
 }
 
 /// The identity hashed as far as limit `rule` (for `tier`) and its policy: what the state of
@@ -493,6 +280,22 @@ enum KeyProblem {
     Missing(String),
     /// Given more than once.
     Repeated(String),
+}
+
+impl KeyProblem {
+    /// The refusal of a request with this problem under limit `limit`.
+    fn refusal(self, limit: &Arc<str>) -> LimitDecision {
+        match self {
+            KeyProblem::Missing(part) => LimitDecision::MissingKey {
+                limit: limit.clone(),
+                part,
+            },
+            KeyProblem::Repeated(part) => LimitDecision::RepeatedKey {
+                limit: limit.clone(),
+                part,
+            },
+        }
+    }
 }
 
 /// Completes `builder` with the request's key parts; Ok(None) when a part is missing and the
@@ -531,70 +334,6 @@ impl std::ops::Deref for TierName<'_> {
         match self {
             TierName::Configured(name) => name,
             TierName::Fetched(name) => name,
-        }
-    }
-}
-
-/// A limit's share in one of `instances` gateways that each enforce it alone.
-fn divided(rate: &Rate, instances: u64) -> Rate {
-    Rate {
-        limit: (rate.limit / instances).max(1),
-        burst: (rate.burst / instances).max(1),
-        per: rate.per,
-    }
-}
-
-/// `rate` is the one checked: the window's own, or its local share during a store outage.
-fn status_of(window: &Window, rate: &Rate, check: &WindowCheck) -> RateStatus {
-    let (remaining, reset) = match *check {
-        WindowCheck::Allow {
-            remaining, reset, ..
-        }
-        | WindowCheck::Deny {
-            remaining, reset, ..
-        } => (remaining, reset),
-    };
-    let policy = if *rate == window.rate {
-        window.policy.clone()
-    } else {
-        window.share_policy(rate)
-    };
-    RateStatus {
-        policy,
-        remaining,
-        reset,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::limit::Policy;
-    use proptest::prelude::*;
-
-    fn status(remaining: u64, reset_s: u64) -> RateStatus {
-        RateStatus {
-            policy: Arc::new(Policy::new("p", 10, Duration::from_secs(60))),
-            remaining,
-            reset: Duration::from_secs(reset_s),
-        }
-    }
-
-    proptest! {
-        /// The status put first is the one the full sort this replaced put first (a stable
-        /// sort by fewest remaining, then the longest reset).
-        #[test]
-        fn the_most_restrictive_is_the_first_of_a_stable_sort(
-            windows in proptest::collection::vec((0u64..4, 0u64..4), 0..6),
-        ) {
-            let statuses: Vec<RateStatus> =
-                windows.iter().map(|&(remaining, reset)| status(remaining, reset)).collect();
-            let mut order: Vec<usize> = (0..statuses.len()).collect();
-            order.sort_by(|&a, &b| {
-                let (a, b) = (&statuses[a], &statuses[b]);
-                a.remaining.cmp(&b.remaining).then(b.reset.cmp(&a.reset))
-            });
-            prop_assert_eq!(most_restrictive(&statuses), order.first().copied());
         }
     }
 }

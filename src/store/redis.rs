@@ -14,99 +14,31 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures_util::future::join_all;
 use redis::Script;
 
 use super::cluster::{self, Cluster};
 use super::connect;
 use super::denied::DeniedCache;
-use super::node::{BREAKER_OPEN_FOR, Node};
-use super::pipe::{self, Pipe, Reply};
+use super::node::Node;
 use super::script::{self, SCRIPT};
 use super::tiers::TierCache;
 use super::{Small, WindowRequest};
 use crate::clock::Nanos;
 use crate::limit::WindowCheck;
+use commands::{bulk, hget_on_pipe, load_script, tier_of};
+
+mod commands;
+mod config;
+mod error;
+
+pub use config::{RedisConfig, describe_url_error};
+pub use error::StoreError;
 
 /// Lua numbers are doubles: integers are exact below 2^53.
 pub const EXACT_LIMIT: u64 = 1 << 53;
 
 const DENIED_CAPACITY: usize = 100_000;
-/// However Redis answers the calls before it, a call gives up after this many times the
-/// store's timeout (and not before a second): the gateway has fallen this far behind.
-const LONGEST_WAIT_TIMEOUTS: u32 = 20;
-const LONGEST_WAIT_AT_LEAST: Duration = Duration::from_secs(1);
-
-/// `[store]` for the Redis backends.
-#[derive(Clone, PartialEq, Eq)]
-pub struct RedisConfig {
-    pub cluster: bool,
-    /// One URL, or the seed nodes of a cluster. May carry a password: never log them.
-    pub urls: Vec<String>,
-    /// How long Redis may keep a call waiting once it could have started on it (see
-    /// `pipe::Settings::timeout`).
-    pub timeout: Duration,
-    /// Opening a connection (TCP, TLS, AUTH) and, on a cluster, reading its slots.
-    pub connect_timeout: Duration,
-    pub key_prefix: String,
-    /// PEM roots to verify `rediss://` servers with, instead of the system's.
-    pub ca_file: Option<std::path::PathBuf>,
-}
-
-impl std::fmt::Debug for RedisConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisConfig")
-            .field("cluster", &self.cluster)
-            .field("nodes", &self.urls.len())
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("key_prefix", &self.key_prefix)
-            .finish()
-    }
-}
-
-impl RedisConfig {
-    /// The longest a call may wait in all (see `LONGEST_WAIT_TIMEOUTS`).
-    pub fn longest_wait(&self) -> Duration {
-        (self.timeout.saturating_mul(LONGEST_WAIT_TIMEOUTS)).max(LONGEST_WAIT_AT_LEAST)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum StoreError {
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    #[error("circuit breaker open")]
-    BreakerOpen { retry_in: Duration },
-    #[error("connection: {0}")]
-    Connection(String),
-    #[error("redis answered with an error: {0}")]
-    Server(String),
-    #[error("unexpected reply: {0}")]
-    Protocol(String),
-}
-
-impl StoreError {
-    /// The `kind` label of `rlp_store_errors_total`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            StoreError::Timeout(_) => "timeout",
-            StoreError::BreakerOpen { .. } => "breaker_open",
-            StoreError::Connection(_) => "connection",
-            StoreError::Server(_) => "server",
-            StoreError::Protocol(_) => "protocol",
-        }
-    }
-
-    /// When a client refused for this error may try again.
-    pub fn retry_in(&self) -> Duration {
-        match self {
-            StoreError::BreakerOpen { retry_in } => *retry_in,
-            _ => BREAKER_OPEN_FOR,
-        }
-    }
-}
 
 /// What the store said about each window of a request: `None` for windows whose call failed
 /// (all of them on a single node; the identities of failed calls on a cluster).
@@ -387,56 +319,6 @@ fn backend(config: &RedisConfig, workers: usize) -> Result<Backend, StoreError> 
     Ok(Backend::Cluster(Arc::new(cluster)))
 }
 
-/// `SCRIPT LOAD`: Redis answers with the script's SHA1, which must be ours.
-async fn load_script(pipe: &Pipe, wait: Duration, sha: &str) -> Result<(), StoreError> {
-    let load = |out: &mut Vec<u8>| {
-        pipe::Command::new(out, 3)
-            .arg(b"SCRIPT")
-            .arg(b"LOAD")
-            .arg(SCRIPT.as_bytes());
-    };
-    match pipe.call(wait, load).await? {
-        Reply::Bulk(loaded) if loaded.as_ref() == sha.as_bytes() => Ok(()),
-        other => Err(unexpected(&other)),
-    }
-}
-
-fn bulk(reply: Reply) -> Result<Bytes, StoreError> {
-    match reply {
-        Reply::Bulk(numbers) => Ok(numbers),
-        other => Err(unexpected(&other)),
-    }
-}
-
-fn tier_of(reply: Reply) -> Result<Option<String>, StoreError> {
-    match reply {
-        Reply::Nil => Ok(None),
-        Reply::Bulk(value) => String::from_utf8(value.to_vec())
-            .map(Some)
-            .map_err(|_| StoreError::Protocol("a tier that is not UTF-8".into())),
-        other => Err(unexpected(&other)),
-    }
-}
-
-async fn hget_on_pipe(
-    pipe: &Pipe,
-    wait: Duration,
-    hash: &str,
-    field: &[u8],
-) -> Result<Reply, StoreError> {
-    let hget = |out: &mut Vec<u8>| {
-        pipe::Command::new(out, 3)
-            .arg(b"HGET")
-            .arg(hash.as_bytes())
-            .arg(field);
-    };
-    pipe.call(wait, hget).await
-}
-
-fn unexpected(reply: &Reply) -> StoreError {
-    StoreError::Protocol(format!("unexpected reply {reply:?}"))
-}
-
 /// The `[start, end)` index ranges of the windows of each identity (adjacent, as the limiter
 /// builds them).
 fn identity_spans(requests: &[WindowRequest]) -> Small<(usize, usize)> {
@@ -460,16 +342,4 @@ fn failed_outcome(windows: usize, error: StoreError) -> Outcome {
         checks: (0..windows).map(|_| None).collect(),
         error: Some(error),
     }
-}
-
-/// The parse error without the URL itself, which may hold a password.
-pub fn describe_url_error(error: &redis::RedisError) -> String {
-    let detail = error.detail().unwrap_or_default();
-    let detail = if detail.contains('@') { "" } else { detail };
-    format!(
-        "expected redis://[user:password@]host[:port][/db] or rediss://… ({}{}{})",
-        error.category(),
-        if detail.is_empty() { "" } else { ": " },
-        detail
-    )
 }

@@ -5,10 +5,9 @@
 //! the importing node after `ASKING`), `TRYAGAIN` (keys of one call split mid-migration: a
 //! moment later, again).
 //!
-//! The view is read again in the background, never in a request's way: after a redirection
-//! or a failure, and when it is older than `STALE_AFTER`; one read at a time, at most one per
-//! `REFRESH_PAUSE`. A failed master then holds up only the calls for its own slots, and once
-//! the cluster has promoted a replica, the next read sends them there.
+//! The view is read again in the background, never in a request's way (`view.rs` says when).
+//! A failed master then holds up only the calls for its own slots, and once the cluster has
+//! promoted a replica, the next read sends them there.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,7 +15,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
 use tokio::sync::Notify;
-use tokio::time::Instant;
 
 use super::connect::{Address, Session};
 use super::node::Node;
@@ -24,16 +22,15 @@ use super::pipe::{Command, Pipe, Reply};
 use super::redis::StoreError;
 use super::script::ScriptCall;
 pub use slots::{SLOTS, slot_of};
-use slots::{SlotRange, parse_slots};
+use view::Refresh;
+pub use view::View;
 
 mod slots;
+mod view;
 
 /// How many redirections one call follows before it fails.
 const MOST_REDIRECTIONS: usize = 5;
 const TRY_AGAIN_AFTER: Duration = Duration::from_millis(10);
-const REFRESH_PAUSE: Duration = Duration::from_millis(200);
-const STALE_AFTER: Duration = Duration::from_secs(10);
-const NO_MASTER: u16 = u16::MAX;
 
 /// What a call sends to the master of its slot.
 pub enum Request<'a> {
@@ -54,23 +51,6 @@ pub struct Cluster {
     view: ArcSwapOption<View>,
     refresh: Mutex<Refresh>,
     refreshed: Notify,
-}
-
-/// Which master serves each slot, as of `taken_at`.
-pub struct View {
-    /// Per slot, its master's index in `masters`, or `NO_MASTER`.
-    slots: Box<[u16]>,
-    pub masters: Vec<Arc<Node>>,
-    /// Every node it names, replicas too: where to read the next view.
-    known: Vec<Address>,
-    taken_at: Instant,
-}
-
-#[derive(Default)]
-struct Refresh {
-    running: bool,
-    started: Option<Instant>,
-    last_error: Option<StoreError>,
 }
 
 /// What a node answered, as far as routing goes.
@@ -149,181 +129,6 @@ impl Cluster {
         )))
     }
 
-    /// Reads the view now if there is none yet (waiting for one under way); the masters.
-    pub async fn first_view(self: &Arc<Self>) -> Result<Arc<View>, StoreError> {
-        if let Some(view) = self.view.load_full() {
-            return Ok(view);
-        }
-        self.wait_for_view().await
-    }
-
-    /// The master of `slot` in the current view; before the first view, waits for it.
-    async fn master_for(self: &Arc<Self>, slot: u16) -> Result<Arc<Node>, StoreError> {
-        let view = match self.view.load_full() {
-            Some(view) => view,
-            None => self.wait_for_view().await?,
-        };
-        if view.taken_at.elapsed() >= STALE_AFTER {
-            self.request_refresh();
-        }
-        match view.slots[usize::from(slot)] {
-            NO_MASTER => {
-                self.request_refresh();
-                Err(StoreError::Server(format!(
-                    "CLUSTERDOWN slot {slot} is not served by any master"
-                )))
-            }
-            index => Ok(view.masters[usize::from(index)].clone()),
-        }
-    }
-
-    /// Waits for a first view to be read, within `first_view_wait`. When the last read
-    /// failed and none runs, fails at once (the next read is on its way).
-    async fn wait_for_view(self: &Arc<Self>) -> Result<Arc<View>, StoreError> {
-        let give_up = Instant::now() + self.first_view_wait;
-        loop {
-            let notified = self.refreshed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if let Some(view) = self.view.load_full() {
-                return Ok(view);
-            }
-            let failed = {
-                let refresh = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
-                (!refresh.running)
-                    .then(|| refresh.last_error.clone())
-                    .flatten()
-            };
-            self.request_refresh();
-            if let Some(error) = failed {
-                return Err(unknown_view(&error));
-            }
-            if tokio::time::timeout_at(give_up, notified).await.is_err() {
-                return Err(StoreError::Connection(format!(
-                    "the cluster's slots are still unknown after {:?}",
-                    self.first_view_wait
-                )));
-            }
-        }
-    }
-
-    /// Starts reading the view in the background, unless a read runs or one started less
-    /// than `REFRESH_PAUSE` ago.
-    pub fn request_refresh(self: &Arc<Self>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        {
-            let mut refresh = self.refresh.lock().unwrap_or_else(|p| p.into_inner());
-            let recent = refresh
-                .started
-                .is_some_and(|at| at.elapsed() < REFRESH_PAUSE);
-            if refresh.running || recent {
-                return;
-            }
-            refresh.running = true;
-            refresh.started = Some(Instant::now());
-        }
-        let cluster = self.clone();
-        runtime.spawn(async move {
-            let result = cluster.read_view().await;
-            if let Err(error) = &result {
-                tracing::debug!(%error, "cannot read the cluster's slots");
-            }
-            let mut refresh = cluster.refresh.lock().unwrap_or_else(|p| p.into_inner());
-            refresh.running = false;
-            refresh.last_error = result.err();
-            drop(refresh);
-            cluster.refreshed.notify_waiters();
-        });
-    }
-
-    /// Asks the known nodes, healthy masters first and seeds last, for `CLUSTER SLOTS`, and
-    /// installs the first answer.
-    async fn read_view(&self) -> Result<(), StoreError> {
-        let mut last_error = StoreError::Connection("no node to ask for the slots".into());
-        for (host, port) in self.candidates() {
-            let node = self.node(&host, port)?;
-            let wait = self.longest_call;
-            let slots = |out: &mut Vec<u8>| {
-                Command::new(out, 2).arg(b"CLUSTER").arg(b"SLOTS");
-            };
-            let ranges = match node.pipe().call(wait, slots).await {
-                Ok(Reply::Array(frame)) => parse_slots(&frame, &host),
-                Ok(other) => Err(StoreError::Protocol(format!(
-                    "CLUSTER SLOTS answered {other:?}"
-                ))),
-                Err(error) => Err(error),
-            };
-            match ranges {
-                Ok(ranges) if !ranges.is_empty() => return self.install(&ranges),
-                Ok(_) => last_error = StoreError::Server(format!("{host}:{port} serves no slots")),
-                Err(error) => last_error = error,
-            }
-        }
-        Err(last_error)
-    }
-
-    /// Where to ask: the masters of the view whose breakers are closed, the other nodes it
-    /// names, then the seeds; each once.
-    fn candidates(&self) -> Vec<Address> {
-        let view = self.view.load_full();
-        let mut candidates: Vec<Address> = Vec::new();
-        let mut add = |address: Address| {
-            if !candidates.contains(&address) {
-                candidates.push(address);
-            }
-        };
-        if let Some(view) = &view {
-            let healthy = view.masters.iter().filter(|m| !m.breaker_open());
-            for master in healthy {
-                if let Some(address) = split_address(master.address()) {
-                    add(address);
-                }
-            }
-            view.known.iter().cloned().for_each(&mut add);
-        }
-        self.seeds.iter().cloned().for_each(add);
-        candidates
-    }
-
-    fn install(&self, ranges: &[SlotRange]) -> Result<(), StoreError> {
-        let mut slots = vec![NO_MASTER; SLOTS].into_boxed_slice();
-        let mut masters: Vec<Arc<Node>> = Vec::new();
-        let mut known = Vec::new();
-        for range in ranges {
-            let node = self.node(&range.master.0, range.master.1)?;
-            let index = match masters.iter().position(|m| Arc::ptr_eq(m, &node)) {
-                Some(index) => index,
-                None => {
-                    masters.push(node);
-                    masters.len() - 1
-                }
-            };
-            let index = u16::try_from(index).unwrap_or(NO_MASTER);
-            slots[range.start..=range.end].fill(index);
-            for address in std::iter::once(&range.master).chain(&range.replicas) {
-                if !known.contains(address) {
-                    known.push(address.clone());
-                }
-            }
-        }
-        // Nodes the cluster no longer names are let go (their connections close once the
-        // calls still holding them end).
-        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
-        nodes.retain(|address, _| {
-            split_address(address).is_some_and(|a| known.contains(&a) || self.seeds.contains(&a))
-        });
-        drop(nodes);
-        self.view.store(Some(Arc::new(View {
-            slots,
-            masters,
-            known,
-            taken_at: Instant::now(),
-        })));
-        Ok(())
-    }
-
     /// The node at `host:port`, made on first use.
     fn node(&self, host: &str, port: u16) -> Result<Arc<Node>, StoreError> {
         let settings = self.session.node(host, port)?;
@@ -334,10 +139,6 @@ impl Cluster {
             .or_insert_with(|| Arc::new(Node::new(settings, self.workers, self.longest_call)));
         Ok(node.clone())
     }
-}
-
-fn unknown_view(error: &StoreError) -> StoreError {
-    StoreError::Connection(format!("the cluster's slots are unknown: {error}"))
 }
 
 async fn send(

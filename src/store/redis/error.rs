@@ -1,0 +1,40 @@
+//! How a call to the shared store fails, as metrics count it and clients are told to wait.
+
+use std::time::Duration;
+
+use crate::store::node::BREAKER_OPEN_FOR;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("circuit breaker open")]
+    BreakerOpen { retry_in: Duration },
+    #[error("connection: {0}")]
+    Connection(String),
+    #[error("redis answered with an error: {0}")]
+    Server(String),
+    #[error("unexpected reply: {0}")]
+    Protocol(String),
+}
+
+impl StoreError {
+    /// The `kind` label of `rlp_store_errors_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Timeout(_) => "timeout",
+            StoreError::BreakerOpen { .. } => "breaker_open",
+            StoreError::Connection(_) => "connection",
+            StoreError::Server(_) => "server",
+            StoreError::Protocol(_) => "protocol",
+        }
+    }
+
+    /// When a client refused for this error may try again.
+    pub fn retry_in(&self) -> Duration {
+        match self {
+            StoreError::BreakerOpen { retry_in } => *retry_in,
+            _ => BREAKER_OPEN_FOR,
+        }
+    }
+}
