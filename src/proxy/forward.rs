@@ -46,15 +46,17 @@ pub fn forward<'r>(
         body,
         ..
     } = request;
+    // Offered upstream only when the client's connection can be switched: not for a request
+    // with a body, an HTTP/1.0 one, or over HTTP/2 (the server then hands none over).
     let (protocols, client_upgrade) = match upgrade {
         Some(Upgrade {
             protocols,
-            connection,
+            connection: Some(connection),
         }) => match allowed_upgrade(&protocols, upgrades) {
-            Some(allowed) => (Some(allowed), connection),
+            Some(allowed) => (Some(allowed), Some(connection)),
             None => (None, None),
         },
-        None => (None, None),
+        _ => (None, None),
     };
     let wants_upgrade = protocols.is_some();
     let host = host.map(Host::into_bytes);

@@ -80,6 +80,7 @@ pub async fn serve<S>(
         client: &client,
         activity: &activity,
         http2_allowed: protocols == Protocols::Any,
+        max_header_bytes: runtime.load().max_header_bytes,
     };
     let io = match http1::serve(io, &answerer, &mut guard).await {
         http1::Ended::Closed => return,

@@ -81,6 +81,8 @@ pub(super) struct Answerer<'a> {
     pub activity: &'a Arc<Activity>,
     /// The connection may speak HTTP/2 (plain, or TLS without ALPN `http/1.1`).
     pub http2_allowed: bool,
+    /// `[server] max_header_bytes` when the connection was accepted.
+    pub max_header_bytes: usize,
 }
 
 /// Serves requests until the connection closes, is upgraded, or turns out to be HTTP/2.
@@ -100,7 +102,9 @@ pub(super) async fn serve<S: ClientIo, W: Watch>(
             None => return Ended::Closed,
         }
     }
-    let max_head = answerer.runtime.load().max_header_bytes * 2 + 8192;
+    // Room above max_header_bytes, so that `proxy` answers a head a little over it with the
+    // limit that applies to the request line and fields together; past this, the server does.
+    let max_head = answerer.max_header_bytes * 2 + 8192;
     let (reader, writer) = tokio::io::split(io);
     let mut connection = Connection {
         reader: Reader::new(reader, read),
@@ -217,6 +221,10 @@ impl<S: ClientIo> Connection<S> {
         loop {
             match parse_request(&mut self.reader.read, max_head) {
                 Parsed::Request(arriving) => return Ok(Some(arriving)),
+                // The configured limit, not the buffer's room above it, is what the client is told.
+                Parsed::Refused(HeadError::TooLarge(_)) => {
+                    return Err(HeadError::TooLarge(answerer.max_header_bytes));
+                }
                 Parsed::Refused(error) => return Err(error),
                 Parsed::Partial => {}
             }
@@ -263,10 +271,11 @@ impl<S: ClientIo> Connection<S> {
             request.body = ArrivingBody::Http1(body);
             self.reader.feed_body(feed, length, expects_continue);
         }
-        // Only a bodiless request is switched: what follows its head belongs to the new
-        // protocol.
+        // Only a bodiless HTTP/1.1 request is switched: what follows its head belongs to the
+        // new protocol, and HTTP/1.0 has no 1xx answers (RFC 9110 §15.2). Any other request
+        // asking for an upgrade goes upstream as a plain one.
         let mut upgrade = None;
-        if asks_upgrade && length.is_none() {
+        if asks_upgrade && length.is_none() && !answer_to.http10 {
             let (sender, pending) = pending_upgrade();
             request.upgrade = Some(pending);
             upgrade = Some(sender);

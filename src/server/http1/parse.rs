@@ -233,6 +233,13 @@ fn body_length(
             ));
         }
     }
+    // RFC 9112 §6.1: chunked is applied once, and last.
+    if codings[..codings.len() - 1]
+        .iter()
+        .any(|c| c.eq_ignore_ascii_case(b"chunked"))
+    {
+        return Err(HeadError::Framing("chunked applied more than once"));
+    }
     if codings.len() > 1 {
         let listed = codings.join(&b", "[..]);
         return Err(HeadError::Coding(

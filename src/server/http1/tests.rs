@@ -76,6 +76,17 @@ fn hand_picked_requests_are_read_as_hyper_reads_them() {
 }
 
 #[test]
+fn chunked_applied_twice_is_a_framing_error_not_an_unknown_coding() {
+    let bytes = b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n";
+    match super::read_for_fuzzing(bytes) {
+        super::ReadRequest::Refused(crate::http1::HeadError::Framing(reason)) => {
+            assert_eq!(reason, "chunked applied more than once");
+        }
+        _ => panic!("not refused as framing"),
+    }
+}
+
+#[test]
 fn where_the_server_is_stricter_than_hyper_it_is_for_a_stated_rule() {
     for (bytes, section) in STRICTER_BY_DESIGN {
         match compare(bytes.as_bytes()) {
