@@ -36,7 +36,7 @@ mod write;
 
 use parse::{Arriving, BodyLength, Parsed, parse_request};
 use reader::{Pumped, Reader};
-use write::{AnswerTo, WriteError, write_response};
+use write::{AnswerTo, WriteError, write_response, write_watched};
 
 /// A write buffer grown past this by a large response is not kept for the next.
 const MAX_IDLE_WRITE_BUFFER: usize = 128 * 1024;
@@ -386,33 +386,6 @@ impl<S: ClientIo> Connection<S> {
                 // connection with one in flight): finish it, then close.
                 _ = poll_fn(|cx| watch.poll_close(cx)), if !stopping => stopping = true,
             }
-        }
-    }
-}
-
-/// Writes a response while the watch looks on and the request body is read as the upstream
-/// asks for it: a client that takes nothing for `send_timeout` ends it with
-/// `WriteError::Stalled`; shutdown sets `stopping` (the response is finished, then the
-/// connection closes).
-async fn write_watched<S: AsyncRead, W: Watch>(
-    mut writing: Pin<&mut impl Future<Output = Result<bool, WriteError>>>,
-    reader: &mut Reader<S>,
-    watch: &mut W,
-    stopping: &mut bool,
-) -> Result<bool, WriteError> {
-    let mut reading = true;
-    loop {
-        tokio::select! {
-            biased;
-            written = writing.as_mut() => return written,
-            // A 100 Continue no longer goes out once the answer has begun.
-            pumped = poll_fn(|cx| reader.poll_pump(cx)), if reading => {
-                reading = pumped != Pumped::Closed;
-            }
-            close = poll_fn(|cx| watch.poll_close(cx)), if !*stopping => match close {
-                Close::Stop | Close::Idle => *stopping = true,
-                Close::SlowHead | Close::SendStalled => return Err(WriteError::Stalled),
-            },
         }
     }
 }

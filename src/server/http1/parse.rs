@@ -5,7 +5,7 @@
 use std::mem::MaybeUninit;
 use std::ops::Range;
 
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
 
 use crate::canonical::{ArrivingBody, ProxyRequest};
@@ -73,16 +73,39 @@ pub(super) fn parse_request(read: &mut BytesMut, max_head: usize) -> Parsed {
         Err(httparse::Error::Version) => return Parsed::Refused(HeadError::Version),
         Err(error) => return Parsed::Refused(HeadError::Malformed(error)),
     };
-    match arriving(&parsed, &read[..length]) {
-        Ok((parts, framing)) => {
-            let head = read.split_to(length).freeze();
-            match parts.into_request(head, framing) {
-                Ok(arriving) => Parsed::Request(arriving),
-                Err(error) => Parsed::Refused(error),
-            }
-        }
-        Err(error) => Parsed::Refused(error),
-    }
+    // Filled in place and moved once, into the request: a head's fields are a few hundred
+    // bytes, and each move of them is a copy.
+    let mut lines = FieldLines::default();
+    let (parts, framing) = match arriving(&parsed, &read[..length], &mut lines) {
+        Ok(read) => read,
+        Err(error) => return Parsed::Refused(error),
+    };
+    let fields = match framing.fits_lines {
+        true => None,
+        false => Some(header_map(parsed.headers)),
+    };
+    let head = read.split_to(length).freeze();
+    let Ok(uri) = Uri::from_maybe_shared(head.slice(parts.target)) else {
+        return Parsed::Refused(HeadError::Target);
+    };
+    let fields = match fields {
+        None => RequestFields::Lines(lines.in_head(head)),
+        Some(map) => RequestFields::Map(map),
+    };
+    Parsed::Request(Arriving {
+        request: ProxyRequest {
+            method: parts.method,
+            uri,
+            version: parts.version,
+            fields,
+            upgrade: None,
+            body: ArrivingBody::None,
+        },
+        body: framing.body,
+        keep_alive: framing.keep_alive,
+        expects_continue: framing.expects_continue,
+        asks_upgrade: framing.asks_upgrade,
+    })
 }
 
 /// A parsed head's parts, as places in its bytes.
@@ -92,18 +115,20 @@ struct HeadParts {
     version: Version,
 }
 
-/// What a head's fields say about its body and connection, and the fields themselves.
+/// What a head's fields say about its body and connection.
 struct Framing {
     body: BodyLength,
     keep_alive: bool,
     expects_continue: bool,
     asks_upgrade: bool,
-    fields: RequestFields,
+    /// The fields fit `FieldLines`' places (names up to 255 bytes, heads up to 64 KiB).
+    fits_lines: bool,
 }
 
 fn arriving(
     parsed: &httparse::Request<'_, '_>,
     head: &[u8],
+    lines: &mut FieldLines,
 ) -> Result<(HeadParts, Framing), HeadError> {
     let (Some(method), Some(target), Some(minor)) = (parsed.method, parsed.path, parsed.version)
     else {
@@ -121,7 +146,7 @@ fn arriving(
     if target.end > head.len() {
         return Err(HeadError::Target);
     }
-    let framing = read_fields(parsed.headers, head, version)?;
+    let framing = read_fields(parsed.headers, head, version, lines)?;
     Ok((
         HeadParts {
             method,
@@ -132,14 +157,15 @@ fn arriving(
     ))
 }
 
-/// Reads the fields: framing, connection options, expectation, and the fields as lines of
-/// the head (or, for a head too large for lines, as a header map).
+/// Reads the fields: framing, connection options, expectation, and the fields as `lines` of
+/// the head, if they fit.
 fn read_fields(
     fields: &[httparse::Header<'_>],
     head: &[u8],
     version: Version,
+    lines: &mut FieldLines,
 ) -> Result<Framing, HeadError> {
-    let mut lines = Some(FieldLines::default());
+    let mut fits_lines = true;
     let mut content_length = Ok(None);
     let mut codings: Option<Vec<&[u8]>> = None;
     let (mut close, mut keep_alive_asked, mut expects_continue, mut asks_upgrade) =
@@ -164,20 +190,12 @@ fn read_fields(
             }
             _ => {}
         }
-        if let Some(kept) = &mut lines
-            && kept.push(head, name, field.value, role).is_none()
-        {
-            lines = None;
-        }
+        fits_lines = fits_lines && lines.push(head, name, field.value, role).is_some();
     }
     let body = body_length(codings.as_deref(), content_length, version)?;
     let keep_alive = match version {
         Version::HTTP_10 => keep_alive_asked && !close,
         _ => !close,
-    };
-    let fields = match lines {
-        Some(lines) => RequestFields::Lines(lines),
-        None => RequestFields::Map(header_map(fields)),
     };
     Ok(Framing {
         body,
@@ -186,7 +204,7 @@ fn read_fields(
             && version == Version::HTTP_11
             && body != BodyLength::None,
         asks_upgrade,
-        fields,
+        fits_lines,
     })
 }
 
@@ -261,31 +279,6 @@ fn header_map(fields: &[httparse::Header<'_>]) -> HeaderMap {
         }
     }
     map
-}
-
-impl HeadParts {
-    /// The request in `head`, the bytes the parts point into.
-    fn into_request(self, head: Bytes, framing: Framing) -> Result<Arriving, HeadError> {
-        let uri = Uri::from_maybe_shared(head.slice(self.target)).map_err(|_| HeadError::Target)?;
-        let fields = match framing.fields {
-            RequestFields::Lines(lines) => RequestFields::Lines(lines.in_head(head)),
-            map => map,
-        };
-        Ok(Arriving {
-            request: ProxyRequest {
-                method: self.method,
-                uri,
-                version: self.version,
-                fields,
-                upgrade: None,
-                body: ArrivingBody::None,
-            },
-            body: framing.body,
-            keep_alive: framing.keep_alive,
-            expects_continue: framing.expects_continue,
-            asks_upgrade: framing.asks_upgrade,
-        })
-    }
 }
 
 /// A request as the server reads it from `bytes`, followed by the client's close: its head,

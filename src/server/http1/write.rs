@@ -11,6 +11,13 @@ use http::{HeaderMap, Response, StatusCode};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use std::future::poll_fn;
+use std::pin::Pin;
+
+use tokio::io::AsyncRead;
+
+use super::reader::{Pumped, Reader};
+use super::{Close, Watch};
 use crate::added_fields::AddedFields;
 use crate::http1::encode::{encode_field, hex};
 use crate::respond::ResponseBody;
@@ -175,6 +182,33 @@ async fn flush<S: AsyncWrite + Unpin>(io: &mut S, out: &mut Vec<u8>) -> Result<(
         out.clear();
     }
     Ok(io.flush().await?)
+}
+
+/// Writes a response while the watch looks on and the request body is read as the upstream
+/// asks for it: a client that takes nothing for `send_timeout` ends it with
+/// `WriteError::Stalled`; shutdown sets `stopping` (the response is finished, then the
+/// connection closes).
+pub(super) async fn write_watched<S: AsyncRead, W: Watch>(
+    mut writing: Pin<&mut impl Future<Output = Result<bool, WriteError>>>,
+    reader: &mut Reader<S>,
+    watch: &mut W,
+    stopping: &mut bool,
+) -> Result<bool, WriteError> {
+    let mut reading = true;
+    loop {
+        tokio::select! {
+            biased;
+            written = writing.as_mut() => return written,
+            // A 100 Continue no longer goes out once the answer has begun.
+            pumped = poll_fn(|cx| reader.poll_pump(cx)), if reading => {
+                reading = pumped != Pumped::Closed;
+            }
+            close = poll_fn(|cx| watch.poll_close(cx)), if !*stopping => match close {
+                Close::Stop | Close::Idle => *stopping = true,
+                Close::SlowHead | Close::SendStalled => return Err(WriteError::Stalled),
+            },
+        }
+    }
 }
 
 /// As hyper decides it: a valid `Content-Length` field, else the body's exact size, else
