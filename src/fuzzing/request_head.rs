@@ -106,6 +106,9 @@ fn differs_by_design(error: &HeadError) -> Option<&'static str> {
         HeadError::Coding(_) => {
             Some("RFC 9112 §6.1: a coding the gateway does not undo before chunked is answered 501")
         }
+        HeadError::Framing("chunked applied more than once") => Some(
+            "RFC 9112 §6.1: chunked is applied once; a body said to be chunked twice is refused",
+        ),
         HeadError::Framing("repeated Content-Length") => {
             Some("RFC 9110 §8.6: a Content-Length given twice, even with one value, is refused")
         }

@@ -180,16 +180,7 @@ impl<S: ClientIo> Connection<S> {
         max_head: usize,
     ) -> Option<UpgradeSender> {
         loop {
-            let next = pin!(self.next_head(answerer, watch, max_head)).await;
-            let arriving = match next {
-                Ok(Some(arriving)) => arriving,
-                Ok(None) => return None,
-                Err(error) => {
-                    self.refuse(error, answerer.client).await;
-                    return None;
-                }
-            };
-            let served = pin!(self.serve_one(arriving, answerer, watch)).await;
+            let served = pin!(self.serve_next(answerer, watch, max_head)).await;
             match served {
                 Served::Next => {}
                 Served::Close => {
@@ -210,45 +201,52 @@ impl<S: ClientIo> Connection<S> {
         }
     }
 
-    /// The next request head; None when the client closes or the watch closes the connection
-    /// first.
-    async fn next_head<W: Watch>(
-        &mut self,
-        answerer: &Answerer<'_>,
-        watch: &mut W,
-        max_head: usize,
-    ) -> Result<Option<Arriving>, HeadError> {
-        loop {
-            match parse_request(&mut self.reader.read, max_head) {
-                Parsed::Request(arriving) => return Ok(Some(arriving)),
-                // The configured limit, not the buffer's room above it, is what the client is told.
-                Parsed::Refused(HeadError::TooLarge(_)) => {
-                    return Err(HeadError::TooLarge(answerer.max_header_bytes));
+    /// Waits for more of a request head; false when the client closes or the watch closes the
+    /// connection first.
+    async fn head_arrives<W: Watch>(&mut self, answerer: &Answerer<'_>, watch: &mut W) -> bool {
+        tokio::select! {
+            biased;
+            got = self.reader.read_more() => got,
+            close = poll_fn(|cx| watch.poll_close(cx)) => {
+                if let Close::SlowHead = close {
+                    tracing::debug!(peer = %answerer.client.peer, "closing: request head not complete within header_read_timeout");
                 }
-                Parsed::Refused(error) => return Err(error),
-                Parsed::Partial => {}
-            }
-            tokio::select! {
-                biased;
-                got = self.reader.read_more() => if !got {
-                    return Ok(None);
-                },
-                close = poll_fn(|cx| watch.poll_close(cx)) => {
-                    if let Close::SlowHead = close {
-                        tracing::debug!(peer = %answerer.client.peer, "closing: request head not complete within header_read_timeout");
-                    }
-                    return Ok(None);
-                }
+                false
             }
         }
     }
 
-    async fn serve_one<W: Watch>(
+    /// Reads the next request and answers it. The request stays where it is parsed until it
+    /// goes to the pipeline: each move of it is a copy of a few hundred bytes.
+    async fn serve_next<W: Watch>(
         &mut self,
-        arriving: Arriving,
         answerer: &Answerer<'_>,
         watch: &mut W,
+        max_head: usize,
     ) -> Served {
+        let arriving = loop {
+            match parse_request(&mut self.reader.read, max_head) {
+                Parsed::Request(arriving) => break arriving,
+                // The configured limit, not the buffer's room above it, is what the client
+                // is told.
+                Parsed::Refused(HeadError::TooLarge(_)) => {
+                    self.refuse(
+                        HeadError::TooLarge(answerer.max_header_bytes),
+                        answerer.client,
+                    )
+                    .await;
+                    return Served::Abort;
+                }
+                Parsed::Refused(error) => {
+                    self.refuse(error, answerer.client).await;
+                    return Served::Abort;
+                }
+                Parsed::Partial => {}
+            }
+            if !pin!(self.head_arrives(answerer, watch)).await {
+                return Served::Abort;
+            }
+        };
         let Arriving {
             mut request,
             body,
@@ -292,35 +290,13 @@ impl<S: ClientIo> Connection<S> {
             ));
             pin!(self.answer(watch, handling)).await
         };
-        let Some((response, stopping)) = answered else {
+        let Some((response, mut stopping)) = answered else {
             return Served::Abort;
         };
-        let responding = self.respond(response, answer_to, upgrade, watch, stopping, answerer);
-        let served = pin!(responding).await;
-        drop(answering);
-        served
-    }
-
-    /// Writes `response` and decides what becomes of the connection.
-    async fn respond<W: Watch>(
-        &mut self,
-        response: Response<ResponseBody>,
-        mut answer_to: AnswerTo,
-        upgrade: Option<UpgradeSender>,
-        watch: &mut W,
-        mut stopping: bool,
-        answerer: &Answerer<'_>,
-    ) -> Served {
         let upgrading = response.status() == StatusCode::SWITCHING_PROTOCOLS;
-        if upgrading {
-            answer_to.keep_alive = true;
-        } else {
-            answer_to.keep_alive &= !stopping && !asks_to_close(response.headers());
-            // A body still being read when the answer begins is not known to end where the
-            // next request begins: the connection closes after the answer (unless the rest of
-            // a body nobody reads is already here, and is skipped).
-            answer_to.keep_alive &= self.reader.body_done();
-        }
+        let answer_to = self.connection_after(&response, answer_to, stopping);
+        // Written here, not in a function of its own: the response and the writing future
+        // are not moved once more.
         let written = {
             let writing = pin!(write_response(
                 &mut self.writer,
@@ -336,6 +312,39 @@ impl<S: ClientIo> Connection<S> {
             ))
             .await
         };
+        drop(answering);
+        self.served(written, upgrading, upgrade, stopping, answerer)
+    }
+
+    /// Whether the connection may stay open after `response`, as far as is known before it is
+    /// written.
+    fn connection_after(
+        &mut self,
+        response: &Response<ResponseBody>,
+        mut answer_to: AnswerTo,
+        stopping: bool,
+    ) -> AnswerTo {
+        if response.status() == StatusCode::SWITCHING_PROTOCOLS {
+            answer_to.keep_alive = true;
+        } else {
+            answer_to.keep_alive &= !stopping && !asks_to_close(response.headers());
+            // A body still being read when the answer begins is not known to end where the
+            // next request begins: the connection closes after the answer (unless the rest of
+            // a body nobody reads is already here, and is skipped).
+            answer_to.keep_alive &= self.reader.body_done();
+        }
+        answer_to
+    }
+
+    /// What becomes of the connection once the response was written (or not).
+    fn served(
+        &mut self,
+        written: Result<bool, WriteError>,
+        upgrading: bool,
+        upgrade: Option<UpgradeSender>,
+        stopping: bool,
+        answerer: &Answerer<'_>,
+    ) -> Served {
         let peer = answerer.client.peer;
         let kept_alive = match written {
             Ok(kept_alive) => kept_alive,

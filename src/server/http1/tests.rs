@@ -63,6 +63,10 @@ const STRICTER_BY_DESIGN: &[(&str, &str)] = &[
         "POST /p HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
         "RFC 9112 §6.1",
     ),
+    (
+        "POST /p HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        "RFC 9112 §6.1",
+    ),
 ];
 
 #[test]
