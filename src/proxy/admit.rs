@@ -1,12 +1,11 @@
 //! Admission, DESIGN.md §1 steps 3–5: deny lists and the edge layer per client IP, the route's
-//! concurrency cap, then every limit of the route. Each refusal is turned into its answer by
-//! `respond`; an admitted request carries its slot, its rate statuses and any delay.
+//! concurrency cap, then every limit of the route. A refusal is a value (`respond::Refusal`)
+//! the pipeline turns into its answer; an admitted request carries its slot, its rate statuses
+//! and any delay.
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
-
-use http::Response;
 
 use super::Runtime;
 use crate::canonical::{Host, Request};
@@ -18,14 +17,13 @@ use crate::limit::key::RequestFacts;
 use crate::limit::limiter::{Evaluated, LimitDecision};
 use crate::limit::rules::OnError;
 use crate::metrics::BackendKind;
-use crate::request_id::RequestId;
-use crate::respond::{self, Denial, GatewayError, ResponseBody};
+use crate::respond::Refusal;
 use crate::route::{InFlightSlot, Route};
 use crate::store::Small;
 
-pub enum Admission {
+pub enum Admission<'r> {
     Refused {
-        answer: Response<ResponseBody>,
+        refusal: Refusal<'r>,
         /// `edge` or the limit that refused, for the access log.
         by: Option<Arc<str>>,
     },
@@ -38,25 +36,24 @@ pub enum Admission {
     },
 }
 
-pub async fn admit(
+pub async fn admit<'r>(
     runtime: &Runtime,
-    route: &Route,
+    route: &'r Route,
     request: &Request,
     client: ClientIp,
-    request_id: &RequestId,
-) -> Admission {
+) -> Admission<'r> {
     let grouped = runtime.client_ip.group(client.ip);
     // One clock read per request, shared by every layer.
     let now = runtime.clock.now();
-    if let Some(refusal) = edge_refusal(runtime, client.ip, grouped, now, request_id) {
+    if let Some(refusal) = edge_refusal(runtime, client.ip, grouped, now) {
         return Admission::Refused {
-            answer: refusal,
+            refusal,
             by: runtime.edge.as_ref().map(|edge| edge.name().clone()),
         };
     }
     let Ok(slot) = route.enter() else {
         return Admission::Refused {
-            answer: respond::too_busy(&route.name, request_id),
+            refusal: Refusal::TooBusy { route: &route.name },
             by: None,
         };
     };
@@ -128,39 +125,38 @@ pub async fn admit(
         } => {
             runtime.limit_counters[rule].denied.inc();
             runtime.metrics.limited.record(&limit, identity, now);
-            let denial = Denial {
-                policy: &limit,
+            let refusal = Refusal::RateLimited {
+                limit: limit.clone(),
                 retry_after,
-                statuses: &statuses,
+                statuses,
             };
-            let answer = respond::rate_limited(&denial, &runtime.response, request_id);
             Admission::Refused {
-                answer,
+                refusal,
                 by: Some(limit),
             }
         }
-        LimitDecision::MissingKey { limit, part } => {
-            let answer = respond::missing_key(&limit, &part, request_id);
-            Admission::Refused {
-                answer,
-                by: Some(limit),
-            }
-        }
-        LimitDecision::RepeatedKey { limit, part } => {
-            let error = GatewayError::RepeatedKey {
-                limit: limit.to_string(),
+        LimitDecision::MissingKey { limit, part } => Admission::Refused {
+            refusal: Refusal::MissingKey {
+                limit: limit.clone(),
                 part,
-            };
-            Admission::Refused {
-                answer: respond::error_response(&error, request_id),
-                by: Some(limit),
-            }
-        }
+            },
+            by: Some(limit),
+        },
+        LimitDecision::RepeatedKey { limit, part } => Admission::Refused {
+            refusal: Refusal::RepeatedKey {
+                limit: limit.clone(),
+                part,
+            },
+            by: Some(limit),
+        },
         LimitDecision::Unavailable { limit, retry_after } => {
             runtime.metrics.count_limit(&limit, "error_denied");
-            let answer = respond::store_unavailable(&limit, retry_after, request_id);
+            let refusal = Refusal::StoreUnavailable {
+                limit: limit.clone(),
+                retry_after,
+            };
             Admission::Refused {
-                answer,
+                refusal,
                 by: Some(limit),
             }
         }
@@ -190,8 +186,7 @@ fn edge_refusal(
     client_ip: IpAddr,
     grouped: IpAddr,
     now: Nanos,
-    request_id: &RequestId,
-) -> Option<Response<ResponseBody>> {
+) -> Option<Refusal<'static>> {
     let edge = runtime.edge.as_ref()?;
     let verdict = edge.check(client_ip, grouped, now);
     runtime.metrics.count_edge(&verdict);
@@ -199,23 +194,14 @@ fn edge_refusal(
         EdgeVerdict::Allow | EdgeVerdict::Exempt => None,
         EdgeVerdict::Forbidden { list } => {
             tracing::debug!(%client_ip, list, "refused: on a deny list");
-            Some(respond::forbidden(request_id))
+            Some(Refusal::Forbidden)
         }
         EdgeVerdict::Limited {
             status,
             retry_after,
-        } => {
-            let statuses = [status];
-            let denial = Denial {
-                policy: crate::edge::POLICY_NAME,
-                retry_after,
-                statuses: &statuses,
-            };
-            Some(respond::rate_limited(
-                &denial,
-                &runtime.response,
-                request_id,
-            ))
-        }
+        } => Some(Refusal::EdgeLimited {
+            status,
+            retry_after,
+        }),
     }
 }

@@ -330,14 +330,11 @@ fn proxy<'r>(
         let route_metrics = &runtime.route_metrics[route.index];
         log.route_metrics = Some(route_metrics);
         let counted = route_metrics.enter();
-        let (slot, statuses) = match pin!(admit::admit(
-            runtime, route, &request, client_ip, request_id
-        ))
-        .await
-        {
-            Admission::Refused { answer, by } => {
+        let (slot, statuses) = match pin!(admit::admit(runtime, route, &request, client_ip)).await {
+            Admission::Refused { refusal, by } => {
                 log.refused_by = by;
-                return Ok(answer);
+                let style = &runtime.response;
+                return Ok(respond::refusal_response(refusal, style, request_id));
             }
             Admission::Admitted {
                 slot,

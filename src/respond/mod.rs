@@ -19,7 +19,7 @@ use problem::Detail::Text;
 use problem::problem_response;
 
 pub use crate::body::ResponseBody;
-pub use refusal::{Denial, forbidden, missing_key, rate_limited, store_unavailable, too_busy};
+pub use refusal::{Refusal, refusal_response};
 
 /// Why a request was not forwarded, or why forwarding failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,4 +1,5 @@
 use super::problem::{first_to_escape, needs_escape, push_json_content, push_json_string};
+use super::refusal::{Denial, forbidden, missing_key, rate_limited, store_unavailable, too_busy};
 use super::*;
 use crate::limit::Policy;
 use http::{HeaderValue, header};
