@@ -426,8 +426,7 @@ impl Metrics {
         upstream.latency.observe(took.as_secs_f64());
     }
 
-    pub fn count_edge(&self, verdict: &EdgeVerdict) {
-        let decision = EdgeDecision::of(verdict);
+    pub fn count_edge(&self, decision: EdgeDecision) {
         self.edge_counters[decision as usize]
             .get_or_init(|| {
                 let label = DecisionLabel {
@@ -449,8 +448,8 @@ impl Metrics {
 }
 
 /// The `decision` label of `rlp_edge_decisions_total`.
-#[derive(Clone, Copy)]
-enum EdgeDecision {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeDecision {
     Allowed,
     Exempt,
     Forbidden,
@@ -460,7 +459,7 @@ enum EdgeDecision {
 impl EdgeDecision {
     const COUNT: usize = 4;
 
-    fn of(verdict: &EdgeVerdict) -> EdgeDecision {
+    pub fn of(verdict: &EdgeVerdict) -> EdgeDecision {
         match verdict {
             EdgeVerdict::Allow => EdgeDecision::Allowed,
             EdgeVerdict::Exempt => EdgeDecision::Exempt,
@@ -528,7 +527,7 @@ mod tests {
             list: "blocked".into(),
         };
         for verdict in [allowed(), allowed(), forbidden(), EdgeVerdict::Exempt] {
-            metrics.count_edge(&verdict);
+            metrics.count_edge(EdgeDecision::of(&verdict));
         }
         let text = metrics.encode();
         for line in [
