@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::added_fields::Added;
 use crate::canonical::ProxyRequest;
-use crate::canonical::{self, Host, TrailerFilter};
+use crate::canonical::{self, Host, Request, TrailerFilter};
 use crate::client_ip::ClientIpPolicy;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ResponseStyle};
@@ -33,7 +33,7 @@ use crate::limit::limiter::{Limiter, Stores};
 use crate::metrics::{LimitCounters, Metrics, RouteMetrics, UpstreamMetrics};
 use crate::request_id::{self, RequestId};
 use crate::respond::{self, GatewayError, ResponseBody};
-use crate::route::Router;
+use crate::route::{Route, Router};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
 use admit::Admission;
@@ -282,14 +282,7 @@ fn proxy<'r>(
         }
         let client_ip = runtime.client_ip.resolve(client.peer.ip(), &request.fields);
         log.client_ip = Some(client_ip.ip);
-        let host = request.host.as_ref().map(Host::name);
-        let route = runtime
-            .router
-            .find(host, request.matched_path(), &request.method)
-            .ok_or_else(|| GatewayError::NoRoute {
-                method: request.method.clone(),
-                path: request.path().to_string(),
-            })?;
+        let route = route_of(&runtime.router, &request)?;
         log.route = Some(&route.name);
         let route_metrics = &runtime.route_metrics[route.index];
         log.route_metrics = Some(route_metrics);
@@ -336,13 +329,8 @@ fn proxy<'r>(
             Ok(response) => response,
             Err(error) => respond::error_response(&error, request_id),
         };
-        let answered = Instant::now();
-        log.answered = Some(answered);
-        let upstream_metrics = &runtime.upstream_metrics[route.upstream];
-        let code = response.status().as_u16();
-        runtime
-            .metrics
-            .observe_upstream(upstream_metrics, code, answered - asked);
+        log.answered = Some(Instant::now());
+        log.upstream_call = Some((&runtime.upstream_metrics[route.upstream], asked));
         respond::add_rate_fields(
             response.body_mut().added_mut(),
             &statuses,
@@ -351,6 +339,16 @@ fn proxy<'r>(
         response.body_mut().hold(slot, counted);
         Ok(response)
     }
+}
+
+/// The first route matching the canonical request.
+fn route_of<'r>(router: &'r Router, request: &Request) -> Result<&'r Route, GatewayError> {
+    let host = request.host.as_ref().map(Host::name);
+    let found = router.find(host, request.matched_path(), &request.method);
+    found.ok_or_else(|| GatewayError::NoRoute {
+        method: request.method.clone(),
+        path: request.path().to_string(),
+    })
 }
 
 /// Enforces `max_header_bytes` on the request line and headers together. hyper's own buffer

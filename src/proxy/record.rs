@@ -12,7 +12,7 @@ use http::Method;
 use super::{ClientConnection, Runtime};
 use crate::clock::Nanos;
 use crate::limit::rules::OnError;
-use crate::metrics::{BackendKind, EdgeDecision, RouteMetrics};
+use crate::metrics::{BackendKind, EdgeDecision, RouteMetrics, UpstreamMetrics};
 use crate::request_id::RequestId;
 use crate::store::Small;
 use crate::store::redis::StoreError;
@@ -69,6 +69,8 @@ pub(super) struct RequestLog<'r> {
     pub(super) line: Option<(Method, String)>,
     pub(super) client_ip: Option<IpAddr>,
     pub(super) upstream: Option<&'r str>,
+    /// The upstream's metrics and when it was asked, once it answered.
+    pub(super) upstream_call: Option<(&'r UpstreamMetrics, Instant)>,
     /// `edge` or the limit that refused the request.
     pub(super) refused_by: Option<Arc<str>>,
     /// What is left of the most restrictive window after an admitted request.
@@ -90,6 +92,7 @@ impl<'r> RequestLog<'r> {
             line: None,
             client_ip: None,
             upstream: None,
+            upstream_call: None,
             refused_by: None,
             remaining: None,
             answered: None,
@@ -98,8 +101,8 @@ impl<'r> RequestLog<'r> {
         }
     }
 
-    /// Records the answered request, once: its metrics, what admission saw, and its access
-    /// log line.
+    /// Records the answered request, once: its metrics and the upstream's, what admission
+    /// saw, and its access log line.
     pub(super) fn record(
         &mut self,
         client: &ClientConnection,
@@ -109,9 +112,12 @@ impl<'r> RequestLog<'r> {
     ) {
         let runtime = self.runtime;
         let took = self.answered.unwrap_or_else(Instant::now) - started;
-        runtime
-            .metrics
-            .observe_request(self.route_metrics, status, took);
+        let metrics = &runtime.metrics;
+        metrics.observe_request(self.route_metrics, status, took);
+        // The upstream's answer is the request's: nothing after it changes the status.
+        if let (Some((upstream, asked)), Some(answered)) = (self.upstream_call, self.answered) {
+            metrics.observe_upstream(upstream, status, answered - asked);
+        }
         self.record_admission();
         self.recorded = true;
         if let Some((method, path)) = self.line.take() {
