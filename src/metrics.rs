@@ -1,4 +1,5 @@
-//! Metric names and registration (DESIGN.md §7), in Prometheus text on the admin listener.
+//! Metric names and registration (README "Admin endpoints"), in Prometheus text on the admin
+//! listener.
 //! One `Metrics` lives as long as the gateway, across reloads; gauges that describe the current
 //! runtime (tracked IPs, upstream health) are refreshed when scraped.
 

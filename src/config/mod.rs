@@ -1,4 +1,4 @@
-//! The config contract (DESIGN.md §3): the file is parsed into `raw` types, then `validate`
+//! The config contract (docs/ARCHITECTURE.md, `config/`): the file is parsed into `raw` types, then `validate`
 //! turns it into this typed `Config` or into every problem it found, each with its key path.
 //! Nothing downstream re-validates.
 

@@ -1,7 +1,8 @@
-//! The request pipeline of DESIGN.md §1, read top to bottom in `proxy`: request id → header
-//! size → canonical request → client ip → route → ip lists and edge → forward → respond. Each
-//! step lives in its own module; refusals come back as values and `respond` turns them into
-//! answers.
+//! The request pipeline of docs/ARCHITECTURE.md, read top to bottom in `proxy`: request id →
+//! header size → canonical request → client ip → route → ip lists, edge and limits → forward
+//! → respond, then `record`. Each step lives in its own module. The pipeline decides, then
+//! acts, then records: refusals come back as values that `respond` turns into answers, and
+//! what a request went through is recorded once, when it is answered (`record.rs`).
 
 mod admit;
 pub mod connections;
