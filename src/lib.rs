@@ -1,5 +1,5 @@
 //! ratelimit-proxy: an edge reverse proxy that sheds abusive traffic before it reaches an API.
-//! See DESIGN.md for the pipeline and the config contract. `main` and the integration tests
+//! See docs/ARCHITECTURE.md for the pipeline and the config contract. `main` and the integration tests
 //! both run the gateway through [`serve`] or [`Gateway`].
 
 // Every byte of untrusted input is handled in safe Rust; what needs `unsafe` comes from crates.

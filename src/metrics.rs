@@ -16,9 +16,8 @@ pub use labels::{
 };
 pub use timeouts::{Deadline, TimeoutCounters};
 
-use crate::edge::EdgeVerdict;
 use crate::limit::heavy_hitters::HeavyHitters;
-use labels::EdgeDecision;
+pub use labels::EdgeDecision;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -333,8 +332,7 @@ impl Metrics {
         upstream.latency.observe(took.as_secs_f64());
     }
 
-    pub fn count_edge(&self, verdict: &EdgeVerdict) {
-        let decision = EdgeDecision::of(verdict);
+    pub fn count_edge(&self, decision: EdgeDecision) {
         self.edge_counters[decision as usize]
             .get_or_init(|| {
                 let label = DecisionLabel {

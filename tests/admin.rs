@@ -220,6 +220,39 @@ async fn durations_cover_the_upstreams_wait() {
     );
 }
 
+/// A client that gives up while the upstream is slow was still charged by its limits: what
+/// admission saw counts even though the request has no answer to count or log.
+#[tokio::test]
+async fn a_request_abandoned_before_its_answer_still_counts_its_limit_decision() {
+    use tokio::io::AsyncWriteExt;
+    let upstream = TestUpstream::slow(Duration::from_secs(30), "ok").await;
+    let (gateway, _) = TestGateway::start_in_dir("admin-abandoned", &[], &config(&upstream)).await;
+    let mut stream = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    let head = b"GET /app HTTP/1.1\r\nHost: test\r\n\r\n";
+    stream.write_all(head).await.unwrap();
+    assert!(eventually(Duration::from_secs(5), || upstream.hits() == 1).await);
+    drop(stream);
+    let admin = format!("http://{}", gateway.admin_addr.unwrap());
+    let allowed = r#"rlp_limit_decisions_total{limit="per-ip",decision="allowed"}"#;
+    let mut text = String::new();
+    for _ in 0..250 {
+        text = String::from_utf8(get(&format!("{admin}/metrics")).await.1.to_vec()).unwrap();
+        if metric(&text, allowed) == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(metric(&text, allowed), 1.0, "{text}");
+    assert_eq!(
+        metric(&text, r#"rlp_edge_decisions_total{decision="allowed"}"#),
+        1.0
+    );
+    assert!(
+        !text.contains(r#"rlp_requests_total{route="default""#),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn health_readiness_config_and_reload_counts() {
     let upstream = TestUpstream::ok("ok").await;

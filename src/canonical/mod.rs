@@ -1,5 +1,5 @@
-//! Step 0 of the pipeline (DESIGN.md §1): a parsed request, from the own HTTP/1 server, hyper's
-//! HTTP/1 or HTTP/2, is validated and put in canonical form once, here. Client IP, routing, IP
+//! Step 2 of the pipeline (docs/ARCHITECTURE.md): a parsed request, from the own HTTP/1 server
+//! or hyper's HTTP/2, is validated and put in canonical form once, here. Client IP, routing, IP
 //! lists, limit keys and the forwarded head all read the `Request` this makes, so what the
 //! limiter judges is what the upstream receives (README "What the proxy normalises and
 //! refuses").

@@ -96,7 +96,7 @@ pub struct UpstreamServerLabels {
 
 /// The `decision` label of `rlp_edge_decisions_total`.
 #[derive(Clone, Copy)]
-pub(super) enum EdgeDecision {
+pub enum EdgeDecision {
     Allowed,
     Exempt,
     Forbidden,
@@ -106,7 +106,7 @@ pub(super) enum EdgeDecision {
 impl EdgeDecision {
     pub(super) const COUNT: usize = 4;
 
-    pub(super) fn of(verdict: &EdgeVerdict) -> EdgeDecision {
+    pub fn of(verdict: &EdgeVerdict) -> EdgeDecision {
         match verdict {
             EdgeVerdict::Allow => EdgeDecision::Allowed,
             EdgeVerdict::Exempt => EdgeDecision::Exempt,

@@ -1,4 +1,5 @@
 use super::*;
+use crate::edge::EdgeVerdict;
 use std::time::Duration;
 
 #[test]
@@ -39,7 +40,7 @@ fn edge_decisions_are_counted_by_label_and_appear_once_counted() {
         list: "blocked".into(),
     };
     for verdict in [allowed(), allowed(), forbidden(), EdgeVerdict::Exempt] {
-        metrics.count_edge(&verdict);
+        metrics.count_edge(EdgeDecision::of(&verdict));
     }
     let text = metrics.encode();
     for line in [

@@ -1,31 +1,28 @@
-//! Admission, DESIGN.md §1 steps 3–5: deny lists and the edge layer per client IP, the route's
-//! concurrency cap, then every limit of the route. Each refusal is turned into its answer by
-//! `respond`; an admitted request carries its slot, its rate statuses and any delay.
+//! Admission, docs/ARCHITECTURE.md step 5: deny lists and the edge layer per client IP, the
+//! route's concurrency cap, then every limit of the route. It decides and counts nothing: a
+//! refusal is a value (`respond::Refusal`) the pipeline turns into its answer, and what it saw
+//! goes into the request's `AdmissionRecord`, counted once the request is answered
+//! (`record.rs`). An admitted request carries its slot, its rate statuses and any delay.
 
-use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::Duration;
-
-use http::Response;
+use std::time::{Duration, Instant};
 
 use super::Runtime;
+use super::record::{AdmissionRecord, LimitsSeen, StoreCall};
 use crate::canonical::{Host, Request};
 use crate::client_ip::ClientIp;
-use crate::clock::Nanos;
 use crate::edge::EdgeVerdict;
 use crate::limit::RateStatus;
 use crate::limit::key::RequestFacts;
-use crate::limit::limiter::{Evaluated, LimitDecision};
-use crate::limit::rules::OnError;
-use crate::metrics::BackendKind;
-use crate::request_id::RequestId;
-use crate::respond::{self, Denial, GatewayError, ResponseBody};
+use crate::limit::limiter::LimitDecision;
+use crate::metrics::EdgeDecision;
+use crate::respond::Refusal;
 use crate::route::{InFlightSlot, Route};
 use crate::store::Small;
 
-pub enum Admission {
+pub enum Admission<'r> {
     Refused {
-        answer: Response<ResponseBody>,
+        refusal: Refusal<'r>,
         /// `edge` or the limit that refused, for the access log.
         by: Option<Arc<str>>,
     },
@@ -38,25 +35,28 @@ pub enum Admission {
     },
 }
 
-pub async fn admit(
+/// Decides whether `request` goes on, and writes what it saw into `seen`.
+pub async fn admit<'r>(
     runtime: &Runtime,
-    route: &Route,
+    route: &'r Route,
     request: &Request,
     client: ClientIp,
-    request_id: &RequestId,
-) -> Admission {
+    seen: &mut AdmissionRecord,
+) -> Admission<'r> {
     let grouped = runtime.client_ip.group(client.ip);
     // One clock read per request, shared by every layer.
     let now = runtime.clock.now();
-    if let Some(refusal) = edge_refusal(runtime, client.ip, grouped, now, request_id) {
-        return Admission::Refused {
-            answer: refusal,
-            by: runtime.edge.as_ref().map(|edge| edge.name().clone()),
-        };
+    seen.now = now;
+    if let Some(edge) = &runtime.edge {
+        let verdict = edge.check(client.ip, grouped, now);
+        if let Some(refusal) = edge_refusal(verdict, seen) {
+            let by = Some(edge.name().clone());
+            return Admission::Refused { refusal, by };
+        }
     }
     let Ok(slot) = route.enter() else {
         return Admission::Refused {
-            answer: respond::too_busy(&route.name, request_id),
+            refusal: Refusal::TooBusy { route: &route.name },
             by: None,
         };
     };
@@ -72,20 +72,34 @@ pub async fn admit(
     };
     // A route without limits asks no store: nothing to time or record.
     let timing = !route.limits.rules.is_empty();
-    let deciding = timing.then(std::time::Instant::now);
+    let deciding = timing.then(Instant::now);
     let evaluated = runtime
         .limiter
         .evaluate(&route.limits, &facts, client.ip, now)
         .await;
     if let Some(deciding) = deciding {
-        record_store_call(runtime, &evaluated, deciding.elapsed());
+        let took = deciding.elapsed();
+        let error = evaluated.store_error;
+        seen.store_call = Some(StoreCall { took, error });
     }
-    match evaluated.decision {
-        LimitDecision::NotLimited => Admission::Admitted {
-            slot,
-            statuses: Small::new(),
-            delay: Duration::ZERO,
-        },
+    decided(evaluated.decision, slot, &mut seen.limits)
+}
+
+/// The admission a limit decision makes, and what the metrics count of it in `seen`.
+fn decided(
+    decision: LimitDecision,
+    slot: Option<InFlightSlot>,
+    seen: &mut LimitsSeen,
+) -> Admission<'static> {
+    let (refusal, limit) = match decision {
+        LimitDecision::NotLimited => {
+            let (statuses, delay) = (Small::new(), Duration::ZERO);
+            return Admission::Admitted {
+                slot,
+                statuses,
+                delay,
+            };
+        }
         LimitDecision::Allow {
             delay,
             statuses,
@@ -93,31 +107,16 @@ pub async fn admit(
             applied,
             degraded,
         } => {
-            // A limit decided by the local fallback counts as `fallback`, not `allowed`.
-            let by_store = applied
-                .iter()
-                .filter(|index| !degraded.iter().any(|(d, _)| d == *index));
-            for &index in by_store {
-                runtime.limit_counters[index].allowed.inc();
-            }
-            for (index, on_error) in degraded {
-                let decision = match on_error {
-                    OnError::Local => "fallback",
-                    OnError::Allow | OnError::Deny => "error_allowed",
-                };
-                runtime
-                    .metrics
-                    .count_limit(&runtime.limiter.rules[index].name, decision);
-            }
-            for limit in shadow_denied {
-                runtime.metrics.count_limit(&limit, "shadow_denied");
-                tracing::info!(limit = &*limit, client_ip = %client.ip, route = %route.name, "shadow limit would have denied");
-            }
-            Admission::Admitted {
+            *seen = LimitsSeen::Allowed {
+                applied,
+                degraded,
+                shadow_denied,
+            };
+            return Admission::Admitted {
                 slot,
                 statuses,
                 delay,
-            }
+            };
         }
         LimitDecision::Deny {
             limit,
@@ -126,96 +125,58 @@ pub async fn admit(
             retry_after,
             statuses,
         } => {
-            runtime.limit_counters[rule].denied.inc();
-            runtime.metrics.limited.record(&limit, identity, now);
-            let denial = Denial {
-                policy: &limit,
+            *seen = LimitsSeen::Denied { rule, identity };
+            let refusal = Refusal::RateLimited {
+                limit: limit.clone(),
                 retry_after,
-                statuses: &statuses,
+                statuses,
             };
-            let answer = respond::rate_limited(&denial, &runtime.response, request_id);
-            Admission::Refused {
-                answer,
-                by: Some(limit),
-            }
+            (refusal, limit)
         }
         LimitDecision::MissingKey { limit, part } => {
-            let answer = respond::missing_key(&limit, &part, request_id);
-            Admission::Refused {
-                answer,
-                by: Some(limit),
-            }
-        }
-        LimitDecision::RepeatedKey { limit, part } => {
-            let error = GatewayError::RepeatedKey {
-                limit: limit.to_string(),
+            let refusal = Refusal::MissingKey {
+                limit: limit.clone(),
                 part,
             };
-            Admission::Refused {
-                answer: respond::error_response(&error, request_id),
-                by: Some(limit),
-            }
+            (refusal, limit)
+        }
+        LimitDecision::RepeatedKey { limit, part } => {
+            let refusal = Refusal::RepeatedKey {
+                limit: limit.clone(),
+                part,
+            };
+            (refusal, limit)
         }
         LimitDecision::Unavailable { limit, retry_after } => {
-            runtime.metrics.count_limit(&limit, "error_denied");
-            let answer = respond::store_unavailable(&limit, retry_after, request_id);
-            Admission::Refused {
-                answer,
-                by: Some(limit),
-            }
+            *seen = LimitsSeen::Unavailable;
+            let refusal = Refusal::StoreUnavailable {
+                limit: limit.clone(),
+                retry_after,
+            };
+            (refusal, limit)
         }
-    }
-}
-
-/// `rlp_store_duration_seconds` and `rlp_store_errors_total` (`rlp_store_breaker_open` is
-/// read when scraped).
-fn record_store_call(runtime: &Runtime, evaluated: &Evaluated, took: Duration) {
-    runtime.store_latency.observe(took.as_secs_f64());
-    let Some(redis) = &runtime.limiter.stores().redis else {
-        return;
     };
-    let (metrics, backend) = (&runtime.metrics, redis.backend());
-    if let Some(error) = &evaluated.store_error {
-        let kind = error.kind();
-        metrics
-            .store_errors
-            .get_or_create(&BackendKind { backend, kind })
-            .inc();
+    Admission::Refused {
+        refusal,
+        by: Some(limit),
     }
 }
 
-/// 403 for a deny list, 429 over the edge rate.
-fn edge_refusal(
-    runtime: &Runtime,
-    client_ip: IpAddr,
-    grouped: IpAddr,
-    now: Nanos,
-    request_id: &RequestId,
-) -> Option<Response<ResponseBody>> {
-    let edge = runtime.edge.as_ref()?;
-    let verdict = edge.check(client_ip, grouped, now);
-    runtime.metrics.count_edge(&verdict);
+/// 403 for a deny list, 429 over the edge rate; the verdict goes into `seen`.
+fn edge_refusal(verdict: EdgeVerdict, seen: &mut AdmissionRecord) -> Option<Refusal<'static>> {
+    seen.edge = Some(EdgeDecision::of(&verdict));
     match verdict {
         EdgeVerdict::Allow | EdgeVerdict::Exempt => None,
         EdgeVerdict::Forbidden { list } => {
-            tracing::debug!(%client_ip, list, "refused: on a deny list");
-            Some(respond::forbidden(request_id))
+            seen.deny_list = Some(list);
+            Some(Refusal::Forbidden)
         }
         EdgeVerdict::Limited {
             status,
             retry_after,
-        } => {
-            let statuses = [status];
-            let denial = Denial {
-                policy: crate::edge::POLICY_NAME,
-                retry_after,
-                statuses: &statuses,
-            };
-            Some(respond::rate_limited(
-                &denial,
-                &runtime.response,
-                request_id,
-            ))
-        }
+        } => Some(Refusal::EdgeLimited {
+            status,
+            retry_after,
+        }),
     }
 }

@@ -1,7 +1,8 @@
-//! The request pipeline of DESIGN.md §1, read top to bottom in `proxy`: request id → header
-//! size → canonical request → client ip → route → ip lists and edge → forward → respond. Each
-//! step lives in its own module; refusals come back as values and `respond` turns them into
-//! answers.
+//! The request pipeline of docs/ARCHITECTURE.md, read top to bottom in `proxy`: request id →
+//! header size → canonical request → client ip → route → ip lists, edge and limits → forward
+//! → respond, then `record`. Each step lives in its own module. The pipeline decides, then
+//! acts, then records: refusals come back as values that `respond` turns into answers, and
+//! what a request went through is recorded once, when it is answered (`record.rs`).
 
 mod admit;
 pub mod connections;
@@ -9,20 +10,21 @@ mod forward;
 pub mod headers;
 mod health;
 pub mod http1;
+mod record;
 mod tunnel;
 pub mod upstream;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::{HeaderName, HeaderValue, Method, Response};
+use http::{HeaderName, HeaderValue, Response};
 use tokio_util::sync::CancellationToken;
 
 use crate::added_fields::Added;
 use crate::canonical::ProxyRequest;
-use crate::canonical::{self, Host, TrailerFilter};
+use crate::canonical::{self, Host, Request, TrailerFilter};
 use crate::client_ip::ClientIpPolicy;
 use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ResponseStyle};
@@ -32,12 +34,13 @@ use crate::limit::limiter::{Limiter, Stores};
 use crate::metrics::{LimitCounters, Metrics, RouteMetrics, UpstreamMetrics};
 use crate::request_id::{self, RequestId};
 use crate::respond::{self, GatewayError, ResponseBody};
-use crate::route::Router;
+use crate::route::{Route, Router};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
 use admit::Admission;
 use headers::Forwarded;
 use prometheus_client::metrics::histogram::Histogram;
+use record::RequestLog;
 use upstream::{ClientDeadlines, UpstreamPool};
 
 /// Everything a request needs, built once from a validated config.
@@ -222,25 +225,6 @@ impl ClientConnection {
     }
 }
 
-/// What the access log and the metrics learn about a request along the pipeline.
-#[derive(Default)]
-struct RequestLog<'r> {
-    route: Option<&'r str>,
-    route_metrics: Option<&'r RouteMetrics>,
-    /// Method and path for the access log: the canonical path once there is one (never the
-    /// query string: it may carry API keys).
-    line: Option<(Method, String)>,
-    client_ip: Option<IpAddr>,
-    upstream: Option<&'r str>,
-    /// `edge` or the limit that refused the request.
-    refused_by: Option<Arc<str>>,
-    /// What is left of the most restrictive window after an admitted request.
-    remaining: Option<u64>,
-    /// When the upstream's answer came: the request's end too (a clock reading apiece cost
-    /// ~30 ns on this machine's TSC clock).
-    answered: Option<Instant>,
-}
-
 /// Answers one request. Never fails: errors become problem+json answers here.
 ///
 /// A plain fn returning an `async move` block, as are the functions it awaits on the way to
@@ -259,7 +243,7 @@ pub fn handle(
         let (runtime, client) = (&*runtime, &client);
         let started = Instant::now();
         let request_id = request_id::keep_or_mint(&request.fields);
-        let mut log = RequestLog::default();
+        let mut log = RequestLog::new(runtime);
         // Pinned where it is made: `.await` on the call itself moved the whole future (room
         // for every one of its states, ~100 instructions of memcpy) into place first.
         let proxied = pin!(proxy(runtime, client, request, &request_id, &mut log)).await;
@@ -267,27 +251,8 @@ pub fn handle(
             Ok(response) => response,
             Err(error) => respond::error_response(&error, &request_id),
         };
-        let status = response.status().as_u16();
-        let took = log.answered.unwrap_or_else(Instant::now) - started;
-        runtime
-            .metrics
-            .observe_request(log.route_metrics, status, took);
-        if let Some((method, path)) = log.line.take() {
-            tracing::info!(
-                target: "access",
-                request_id = request_id.as_str(),
-                client_ip = %log.client_ip.unwrap_or(client.peer.ip()),
-                %method,
-                path,
-                route = log.route.unwrap_or(""),
-                status,
-                upstream = log.upstream.unwrap_or(""),
-                duration_ms = took.as_secs_f64() * 1000.0,
-                refused_by = log.refused_by.as_deref().unwrap_or(""),
-                remaining = log.remaining,
-                "access"
-            );
-        }
+        // The request's outcome, recorded once: metrics, what admission saw, the access line.
+        log.record(client, &request_id, response.status().as_u16(), started);
         let added = response.body_mut().added_mut();
         added.add_composed(Added::RequestId, |out| {
             out.extend_from_slice(request_id.as_bytes())
@@ -318,38 +283,30 @@ fn proxy<'r>(
         }
         let client_ip = runtime.client_ip.resolve(client.peer.ip(), &request.fields);
         log.client_ip = Some(client_ip.ip);
-        let host = request.host.as_ref().map(Host::name);
-        let route = runtime
-            .router
-            .find(host, request.matched_path(), &request.method)
-            .ok_or_else(|| GatewayError::NoRoute {
-                method: request.method.clone(),
-                path: request.path().to_string(),
-            })?;
+        let route = route_of(&runtime.router, &request)?;
         log.route = Some(&route.name);
         let route_metrics = &runtime.route_metrics[route.index];
         log.route_metrics = Some(route_metrics);
         let counted = route_metrics.enter();
-        let (slot, statuses) = match pin!(admit::admit(
-            runtime, route, &request, client_ip, request_id
-        ))
-        .await
-        {
-            Admission::Refused { answer, by } => {
-                log.refused_by = by;
-                return Ok(answer);
-            }
-            Admission::Admitted {
-                slot,
-                statuses,
-                delay,
-            } => {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+        let seen = &mut log.admission;
+        let (slot, statuses) =
+            match pin!(admit::admit(runtime, route, &request, client_ip, seen)).await {
+                Admission::Refused { refusal, by } => {
+                    log.refused_by = by;
+                    let style = &runtime.response;
+                    return Ok(respond::refusal_response(refusal, style, request_id));
                 }
-                (slot, statuses)
-            }
-        };
+                Admission::Admitted {
+                    slot,
+                    statuses,
+                    delay,
+                } => {
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    (slot, statuses)
+                }
+            };
         log.remaining = statuses.first().map(|s| s.remaining);
         let forwarded = Forwarded {
             peer: &client.peer_header,
@@ -373,13 +330,8 @@ fn proxy<'r>(
             Ok(response) => response,
             Err(error) => respond::error_response(&error, request_id),
         };
-        let answered = Instant::now();
-        log.answered = Some(answered);
-        let upstream_metrics = &runtime.upstream_metrics[route.upstream];
-        let code = response.status().as_u16();
-        runtime
-            .metrics
-            .observe_upstream(upstream_metrics, code, answered - asked);
+        log.answered = Some(Instant::now());
+        log.upstream_call = Some((&runtime.upstream_metrics[route.upstream], asked));
         respond::add_rate_fields(
             response.body_mut().added_mut(),
             &statuses,
@@ -388,6 +340,16 @@ fn proxy<'r>(
         response.body_mut().hold(slot, counted);
         Ok(response)
     }
+}
+
+/// The first route matching the canonical request.
+fn route_of<'r>(router: &'r Router, request: &Request) -> Result<&'r Route, GatewayError> {
+    let host = request.host.as_ref().map(Host::name);
+    let found = router.find(host, request.matched_path(), &request.method);
+    found.ok_or_else(|| GatewayError::NoRoute {
+        method: request.method.clone(),
+        path: request.path().to_string(),
+    })
 }
 
 /// Enforces `max_header_bytes` on the request line and headers together. hyper's own buffer
