@@ -17,7 +17,7 @@ use http::{HeaderMap, Method, Response, StatusCode, Version};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, WriteHalf};
 
 use super::watch::{Activity, Answering};
-use crate::canonical::ArrivingBody;
+use crate::canonical::{ArrivingBody, ProxyRequest};
 use crate::http1::HeadError;
 use crate::http1::fields::lists;
 use crate::http1::request_body::server_body;
@@ -254,30 +254,13 @@ impl<S: ClientIo> Connection<S> {
             expects_continue,
             asks_upgrade,
         } = arriving;
-        let answer_to = AnswerTo {
+        let (answer_to, upgrade) = self.connect(
+            &mut request,
+            body,
+            expects_continue,
+            asks_upgrade,
             keep_alive,
-            head_only: request.method == Method::HEAD,
-            http10: request.version == Version::HTTP_10,
-        };
-        let length = match body {
-            BodyLength::None => None,
-            BodyLength::Exactly(n) => Some(Some(n)),
-            BodyLength::Chunked => Some(None),
-        };
-        if let Some(length) = length {
-            let (feed, body) = server_body(length);
-            request.body = ArrivingBody::Http1(body);
-            self.reader.feed_body(feed, length, expects_continue);
-        }
-        // Only a bodiless HTTP/1.1 request is switched: what follows its head belongs to the
-        // new protocol, and HTTP/1.0 has no 1xx answers (RFC 9110 §15.2). Any other request
-        // asking for an upgrade goes upstream as a plain one.
-        let mut upgrade = None;
-        if asks_upgrade && length.is_none() && !answer_to.http10 {
-            let (sender, pending) = pending_upgrade();
-            request.upgrade = Some(pending);
-            upgrade = Some(sender);
-        }
+        );
         // In flight until its response is written: the watch keeps such a connection and
         // times its writes, not its idleness.
         let answering = Answering::begin(answerer.activity, Version::HTTP_11);
@@ -314,6 +297,43 @@ impl<S: ClientIo> Connection<S> {
         };
         drop(answering);
         self.served(written, upgrading, upgrade, stopping, answerer)
+    }
+
+    /// Connects the request's body to the reading half and, for a request that may switch
+    /// protocols, the connection to the tunnel; what the answer must know of the request.
+    fn connect(
+        &mut self,
+        request: &mut ProxyRequest,
+        body: BodyLength,
+        expects_continue: bool,
+        asks_upgrade: bool,
+        keep_alive: bool,
+    ) -> (AnswerTo, Option<UpgradeSender>) {
+        let answer_to = AnswerTo {
+            keep_alive,
+            head_only: request.method == Method::HEAD,
+            http10: request.version == Version::HTTP_10,
+        };
+        let length = match body {
+            BodyLength::None => None,
+            BodyLength::Exactly(n) => Some(Some(n)),
+            BodyLength::Chunked => Some(None),
+        };
+        if let Some(length) = length {
+            let (feed, body) = server_body(length);
+            request.body = ArrivingBody::Http1(body);
+            self.reader.feed_body(feed, length, expects_continue);
+        }
+        // Only a bodiless HTTP/1.1 request is switched: what follows its head belongs to the
+        // new protocol, and HTTP/1.0 has no 1xx answers (RFC 9110 §15.2). Any other request
+        // asking for an upgrade goes upstream as a plain one.
+        let mut upgrade = None;
+        if asks_upgrade && length.is_none() && !answer_to.http10 {
+            let (sender, pending) = pending_upgrade();
+            request.upgrade = Some(pending);
+            upgrade = Some(sender);
+        }
+        (answer_to, upgrade)
     }
 
     /// Whether the connection may stay open after `response`, as far as is known before it is
