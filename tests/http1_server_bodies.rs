@@ -217,3 +217,44 @@ async fn an_upgrade_is_not_offered_for_a_request_with_a_body_or_over_http_1_0() 
         assert!(!head.contains("upgrade"), "{request:?} offered: {head}");
     }
 }
+
+/// An upstream that answers every request on a connection with a chunked body and trailers.
+async fn trailing_upstream() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                loop {
+                    let mut chunk = [0u8; 1024];
+                    match stream.read(&mut chunk).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                    if head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        head.clear();
+                        let answer = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\ndata\r\n0\r\nx-sum: 7\r\n\r\n";
+                        let _ = stream.write_all(answer.as_bytes()).await;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn trailers_reach_a_client_that_said_te_trailers_and_no_other() {
+    let upstream = trailing_upstream().await;
+    let gateway = TestGateway::start(&one_route_config(&[format!("http://{upstream}")], "")).await;
+    let asking = "GET /t HTTP/1.1\r\nHost: t\r\nTE: trailers\r\nConnection: TE, close\r\n\r\n";
+    let text = exchange_until_closed(gateway.addr, asking.as_bytes()).await;
+    assert!(
+        text.ends_with("4\r\ndata\r\n0\r\nx-sum: 7\r\n\r\n"),
+        "{text}"
+    );
+    let plain = "GET /t HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let text = exchange_until_closed(gateway.addr, plain.as_bytes()).await;
+    assert!(text.ends_with("4\r\ndata\r\n0\r\n\r\n"), "{text}");
+}

@@ -26,6 +26,7 @@ impl<S: ClientIo> Connection<S> {
             keep_alive: false,
             head_only: false,
             http10: false,
+            takes_trailers: false,
         };
         let writing = write_response(&mut self.writer, &mut self.out, response, answer_to);
         if tokio::time::timeout(LINGER_TIME, writing).await.is_ok() {

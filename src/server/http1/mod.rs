@@ -253,14 +253,16 @@ impl<S: ClientIo> Connection<S> {
             keep_alive,
             expects_continue,
             asks_upgrade,
+            takes_trailers,
         } = arriving;
-        let (answer_to, upgrade) = self.connect(
+        let (mut answer_to, upgrade) = self.connect(
             &mut request,
             body,
             expects_continue,
             asks_upgrade,
             keep_alive,
         );
+        answer_to.takes_trailers = takes_trailers;
         // In flight until its response is written: the watch keeps such a connection and
         // times its writes, not its idleness.
         let answering = Answering::begin(answerer.activity, Version::HTTP_11);
@@ -313,6 +315,7 @@ impl<S: ClientIo> Connection<S> {
             keep_alive,
             head_only: request.method == Method::HEAD,
             http10: request.version == Version::HTTP_10,
+            takes_trailers: false,
         };
         let length = match body {
             BodyLength::None => None,

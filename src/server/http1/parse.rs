@@ -36,6 +36,8 @@ pub(super) struct Arriving {
     pub expects_continue: bool,
     /// The request lists an `Upgrade`.
     pub asks_upgrade: bool,
+    /// `TE: trailers`: the client takes trailers in a chunked response (RFC 9110 §10.1.4).
+    pub takes_trailers: bool,
 }
 
 // Returned once a request and matched at once: boxing the request would cost an allocation.
@@ -105,6 +107,7 @@ pub(super) fn parse_request(read: &mut BytesMut, max_head: usize) -> Parsed {
         keep_alive: framing.keep_alive,
         expects_continue: framing.expects_continue,
         asks_upgrade: framing.asks_upgrade,
+        takes_trailers: framing.takes_trailers,
     })
 }
 
@@ -121,6 +124,7 @@ struct Framing {
     keep_alive: bool,
     expects_continue: bool,
     asks_upgrade: bool,
+    takes_trailers: bool,
     /// The fields fit `FieldLines`' places (names up to 255 bytes, heads up to 64 KiB).
     fits_lines: bool,
 }
@@ -170,6 +174,7 @@ fn read_fields(
     let mut codings: Option<Vec<&[u8]>> = None;
     let (mut close, mut keep_alive_asked, mut expects_continue, mut asks_upgrade) =
         (false, false, false, false);
+    let mut takes_trailers = false;
     for field in fields {
         let name = field.name.as_bytes();
         let role = role(name);
@@ -185,6 +190,10 @@ fn read_fields(
                 }
             }
             Role::Upgrade => asks_upgrade = true,
+            Role::HopByHop if name.eq_ignore_ascii_case(b"te") => {
+                takes_trailers |=
+                    list_items(field.value).any(|t| t.eq_ignore_ascii_case(b"trailers"));
+            }
             Role::EndToEnd if name.eq_ignore_ascii_case(b"expect") => {
                 expects_continue |= field.value.eq_ignore_ascii_case(b"100-continue");
             }
@@ -204,6 +213,7 @@ fn read_fields(
             && version == Version::HTTP_11
             && body != BodyLength::None,
         asks_upgrade,
+        takes_trailers,
         fits_lines,
     })
 }

@@ -47,6 +47,8 @@ pub(super) struct AnswerTo {
     /// The request was `HEAD`: the head only, its framing fields as for `GET`.
     pub head_only: bool,
     pub http10: bool,
+    /// The request said `TE: trailers`: a chunked response carries the upstream's trailers.
+    pub takes_trailers: bool,
 }
 
 /// Why a response was not written whole; the connection closes after it.
@@ -99,7 +101,8 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
         Length::Chunked | Length::UntilClose => None,
     };
     let chunked = length == Length::Chunked;
-    while let Some(data) = next_data(io, out, &mut body).await? {
+    let mut trailers = None;
+    while let Some(data) = next_data(io, out, &mut body, &mut trailers).await? {
         push_data(io, out, data, &mut left, chunked).await?;
     }
     // A finished body lets go of its route slot and in-flight count before the response's
@@ -109,7 +112,15 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
     match left {
         Some(0) => {}
         Some(_) => return Err(WriteError::Length),
-        None if chunked => out.extend_from_slice(b"0\r\n\r\n"),
+        None if chunked => {
+            out.extend_from_slice(b"0\r\n");
+            if let Some(trailers) = trailers.filter(|_| answer_to.takes_trailers) {
+                for (name, value) in &trailers {
+                    encode_field(out, name.as_str(), value.as_bytes());
+                }
+            }
+            out.extend_from_slice(b"\r\n");
+        }
         None => {}
     }
     flush(io, out).await?;
@@ -117,11 +128,12 @@ pub(super) async fn write_response<S: AsyncWrite + Unpin>(
 }
 
 /// The body's next data; what is gathered is written first when none is ready yet. None at
-/// the body's end.
+/// the body's end. Trailers are kept in `trailers`.
 async fn next_data<S: AsyncWrite + Unpin>(
     io: &mut S,
     out: &mut Vec<u8>,
     body: &mut ResponseBody,
+    trailers: &mut Option<HeaderMap>,
 ) -> Result<Option<Bytes>, WriteError> {
     loop {
         let frame = match body.frame().now_or_never() {
@@ -134,10 +146,10 @@ async fn next_data<S: AsyncWrite + Unpin>(
         match frame {
             None => return Ok(None),
             Some(Err(error)) => return Err(WriteError::Body(error)),
-            // Trailers are sent only to a request with `TE: trailers`, which hyper serves.
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) if !data.is_empty() => return Ok(Some(data)),
-                _ => {}
+                Ok(_) => {}
+                Err(frame) => *trailers = frame.into_trailers().ok(),
             },
         }
     }

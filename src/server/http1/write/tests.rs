@@ -176,6 +176,7 @@ async fn a_request_leaves_in_flight_before_its_last_bytes_are_written() {
             keep_alive: true,
             head_only: false,
             http10: false,
+            takes_trailers: false,
         };
         write_response(&mut io, &mut Vec::new(), response, answer_to)
             .await
