@@ -5,15 +5,12 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use common::recording::*;
 use common::*;
 use http_body_util::StreamBody;
 use hyper::body::Frame;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 #[tokio::test]
 async fn judged_fields_never_cross_as_request_trailers() {
@@ -67,40 +64,6 @@ async fn judged_fields_never_cross_as_request_trailers() {
         assert_eq!(request.all("host"), ["api.test"]);
         assert_eq!(request.all("x-api-key"), ["k"]);
     }
-}
-
-/// An upstream that answers every request with a 101 switching to `protocol`, whatever was
-/// asked, then echoes what follows; it keeps each request head it read.
-async fn switching_upstream(protocol: &'static str) -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let heads = Arc::new(Mutex::new(Vec::new()));
-    let kept = heads.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let kept = kept.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let mut chunk = [0u8; 1024];
-                    match stream.read(&mut chunk).await {
-                        Ok(n) if n > 0 => head.extend_from_slice(&chunk[..n]),
-                        _ => return,
-                    }
-                }
-                kept.lock()
-                    .unwrap()
-                    .push(String::from_utf8_lossy(&head).into_owned());
-                let answer = format!(
-                    "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: {protocol}\r\n\r\n"
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
-                let (mut reader, mut writer) = stream.split();
-                let _ = tokio::io::copy(&mut reader, &mut writer).await;
-            });
-        }
-    });
-    (addr, heads)
 }
 
 async fn upgrade_gateway(upstream: SocketAddr, upgrades: &str) -> TestGateway {

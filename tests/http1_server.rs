@@ -108,16 +108,6 @@ async fn read_answer(stream: &mut TcpStream, buf: &mut BytesMut) -> Answer {
     answer
 }
 
-/// An upstream answering with the request's method and path, and the body it got.
-async fn echo_upstream() -> TestUpstream {
-    TestUpstream::start(|request| async move {
-        let line = format!("{} {} ", request.method(), request.uri().path());
-        let body = request.into_body().collect().await.unwrap().to_bytes();
-        Response::new(full([line.as_bytes(), &body].concat()))
-    })
-    .await
-}
-
 /// A gateway in front of `upstream` whose route has one memory-store limit per API key.
 async fn limited_gateway(upstream: &TestUpstream, name: &str, rate: &str) -> TestGateway {
     let config = format!(

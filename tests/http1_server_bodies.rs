@@ -12,16 +12,6 @@ use http_body_util::BodyExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// An upstream answering with the request's method and path, and the body it got.
-async fn echo_upstream() -> TestUpstream {
-    TestUpstream::start(|request| async move {
-        let line = format!("{} {} ", request.method(), request.uri().path());
-        let body = request.into_body().collect().await.unwrap().to_bytes();
-        Response::new(full([line.as_bytes(), &body].concat()))
-    })
-    .await
-}
-
 /// Reads from `stream` until `buf` holds `needle`, or fails after 10 s.
 async fn read_until(stream: &mut TcpStream, buf: &mut Vec<u8>, needle: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -165,41 +155,9 @@ async fn bytes_sent_right_behind_an_upgrade_request_reach_the_upstream() {
     read_until(&mut stream, &mut buf, "early bytes and later").await;
 }
 
-/// An upstream that answers every request with a 101 and records the heads it got.
-async fn always_switching() -> (
-    std::net::SocketAddr,
-    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let kept = heads.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let kept = kept.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    let mut chunk = [0u8; 1024];
-                    match stream.read(&mut chunk).await {
-                        Ok(n) if n > 0 => head.extend_from_slice(&chunk[..n]),
-                        _ => return,
-                    }
-                }
-                kept.lock()
-                    .unwrap()
-                    .push(String::from_utf8_lossy(&head).to_ascii_lowercase());
-                let answer = "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n";
-                let _ = stream.write_all(answer.as_bytes()).await;
-            });
-        }
-    });
-    (addr, heads)
-}
-
 #[tokio::test]
 async fn an_upgrade_is_not_offered_for_a_request_with_a_body_or_over_http_1_0() {
-    let (upstream, heads) = always_switching().await;
+    let (upstream, heads) = switching_upstream("websocket").await;
     let gateway = TestGateway::start(&one_route_config(&[format!("http://{upstream}")], "")).await;
     for request in [
         "GET /ws HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, close\r\nUpgrade: websocket\r\nContent-Length: 5\r\n\r\nhello",

@@ -392,3 +392,52 @@ pub async fn read_until_closed(
         }
     }
 }
+
+/// An upstream that answers every request with a 101 switching to `protocol`, whatever was
+/// asked, then echoes what follows; it keeps each request head it read.
+pub async fn switching_upstream(
+    protocol: &'static str,
+) -> (
+    std::net::SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = heads.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let kept = kept.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let mut chunk = [0u8; 1024];
+                    match tokio::io::AsyncReadExt::read(&mut stream, &mut chunk).await {
+                        Ok(n) if n > 0 => head.extend_from_slice(&chunk[..n]),
+                        _ => return,
+                    }
+                }
+                kept.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).into_owned());
+                let answer = format!(
+                    "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: {protocol}\r\n\r\n"
+                );
+                let _ = tokio::io::AsyncWriteExt::write_all(&mut stream, answer.as_bytes()).await;
+                let (mut reader, mut writer) = stream.split();
+                let _ = tokio::io::copy(&mut reader, &mut writer).await;
+            });
+        }
+    });
+    (addr, heads)
+}
+
+/// An upstream answering with the request's method and path, and the body it got.
+pub async fn echo_upstream() -> TestUpstream {
+    TestUpstream::start(|request| async move {
+        let line = format!("{} {} ", request.method(), request.uri().path());
+        let body = request.into_body().collect().await.unwrap().to_bytes();
+        Response::new(full([line.as_bytes(), &body].concat()))
+    })
+    .await
+}
