@@ -49,6 +49,11 @@ pub fn compare(bytes: &[u8]) -> Result<Compared, String> {
     let hyper = read_by_hyper(bytes);
     match (own, hyper) {
         (ReadRequest::Request(request, body), Some(hyper)) => {
+            if let (Err(reason), Ok(_)) = (&body, &hyper.body)
+                && let Some(rule) = body_refused_by_design(reason)
+            {
+                return Ok(Compared::StricterByDesign(rule));
+            }
             let own = own_read(&request, body);
             // hyper ends a body cut short with an error; so does the own reader: only the
             // bytes of a complete body are compared.
@@ -91,6 +96,20 @@ fn same_head(own: &Read, hyper: &Read) -> Result<Compared, String> {
         Ok(Compared::Same)
     } else {
         Err(format!("own {own:?}\nhyper {hyper:?}"))
+    }
+}
+
+/// The chunked bodies the own reader refuses and hyper reads, each with the rule behind it.
+fn body_refused_by_design(reason: &str) -> Option<&'static str> {
+    match reason {
+        "bare LF in the trailer section" | "bare LF in chunk line" | "bare CR in chunk line" => {
+            Some(
+                "RFC 9112 §7.1: chunk lines and the trailer section end in CRLF; a bare LF or \
+                 CR may end them elsewhere for the upstream (RFC 9112 §2.2 lets a recipient \
+                 refuse it)",
+            )
+        }
+        _ => None,
     }
 }
 
