@@ -185,13 +185,14 @@ fn chunk_size(line: &[u8]) -> Option<u64> {
     u64::from_str_radix(std::str::from_utf8(&line[..digits]).ok()?, 16).ok()
 }
 
-/// Digits only (no sign, no spaces), at most 18 of them so the value cannot overflow.
+/// Digits only (no sign, no spaces), as many as fit a u64: hyper reads the same values.
 pub fn parse_decimal(text: &[u8]) -> Option<u64> {
-    if text.is_empty() || text.len() > 18 {
+    if text.is_empty() {
         return None;
     }
     text.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+        let digit = b.is_ascii_digit().then(|| u64::from(b - b'0'))?;
+        n.checked_mul(10)?.checked_add(digit)
     })
 }
 

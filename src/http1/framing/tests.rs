@@ -118,3 +118,31 @@ fn chunk_lines_must_be_hex_sizes_with_optional_extensions() {
     let endless_line = vec![b'1'; MAX_CHUNK_LINE + 1];
     assert!(decode_in_pieces(Framing::Chunked(Chunk::Size), &endless_line, &[512]).is_err());
 }
+
+#[test]
+fn content_lengths_are_read_up_to_the_largest_u64_and_no_further() {
+    assert_eq!(parse_decimal(b"0"), Some(0));
+    assert_eq!(parse_decimal(b"003"), Some(3));
+    // Found by fuzz/request_head: hyper reads 19 digits; so does the own reader now.
+    assert_eq!(
+        parse_decimal(b"3333333322222222221"),
+        Some(3_333_333_322_222_222_221)
+    );
+    assert_eq!(parse_decimal(b"18446744073709551615"), Some(u64::MAX));
+    for bad in [
+        &b"18446744073709551616"[..],
+        b"",
+        b"+1",
+        b"-1",
+        b" 1",
+        b"1 ",
+        b"0x1",
+    ] {
+        assert_eq!(
+            parse_decimal(bad),
+            None,
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+}
