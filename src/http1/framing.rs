@@ -131,15 +131,7 @@ fn decode_trailers(
             if has_bare_lf(&buf[..length]) {
                 return Err(FramingError::Framing("bare LF in the trailer section"));
             }
-            let mut trailers = HeaderMap::with_capacity(fields.len());
-            for field in fields {
-                let name = HeaderName::from_bytes(field.name.as_bytes());
-                let value = HeaderValue::from_bytes(field.value);
-                if let (Ok(name), Ok(value)) = (name, value) {
-                    trailers.append(name, value);
-                }
-            }
-            (length, trailers)
+            (length, header_map(fields))
         }
         Ok(httparse::Status::Partial) if buf.len() < MAX_TRAILER_BYTES => return Ok(None),
         Ok(httparse::Status::Partial) => return Err(FramingError::TrailersTooLarge),
@@ -183,6 +175,20 @@ fn chunk_size(line: &[u8]) -> Option<u64> {
         return None;
     }
     u64::from_str_radix(std::str::from_utf8(&line[..digits]).ok()?, 16).ok()
+}
+
+/// Parsed fields as a header map (httparse has checked names and values): a trailer
+/// section, or a request head whose lines do not fit the gateway's own field container.
+pub fn header_map(fields: &[httparse::Header<'_>]) -> HeaderMap {
+    let mut map = HeaderMap::with_capacity(fields.len());
+    for field in fields {
+        let name = HeaderName::from_bytes(field.name.as_bytes());
+        let value = HeaderValue::from_bytes(field.value);
+        if let (Ok(name), Ok(value)) = (name, value) {
+            map.append(name, value);
+        }
+    }
+    map
 }
 
 /// Digits only (no sign, no spaces), as many as fit a u64: hyper reads the same values.

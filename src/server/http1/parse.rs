@@ -6,12 +6,12 @@ use std::mem::MaybeUninit;
 use std::ops::Range;
 
 use bytes::BytesMut;
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
+use http::{Method, Uri, Version};
 
 use crate::canonical::{ArrivingBody, ProxyRequest};
 use crate::http1::HeadError;
 use crate::http1::fields::{Role, list_items, role};
-use crate::http1::framing::parse_decimal;
+use crate::http1::framing::{header_map, parse_decimal};
 use crate::request_fields::{FieldLines, RequestFields};
 
 /// Most fields in a request head, as hyper allows.
@@ -82,6 +82,8 @@ pub(super) fn parse_request(read: &mut BytesMut, max_head: usize) -> Parsed {
         Ok(read) => read,
         Err(error) => return Parsed::Refused(error),
     };
+    // A head whose lines do not fit `FieldLines`' places (a name over 255 bytes, a head over
+    // 64 KiB) keeps its fields as a map.
     let fields = match framing.fits_lines {
         true => None,
         false => Some(header_map(parsed.headers)),
@@ -275,20 +277,6 @@ fn body_length(
         ));
     }
     Ok(BodyLength::Chunked)
-}
-
-/// The fields as a header map, for a head whose lines do not fit `FieldLines`' places (a
-/// name over 255 bytes, a head over 64 KiB). httparse checked names and values.
-fn header_map(fields: &[httparse::Header<'_>]) -> HeaderMap {
-    let mut map = HeaderMap::with_capacity(fields.len());
-    for field in fields {
-        let name = HeaderName::from_bytes(field.name.as_bytes());
-        let value = HeaderValue::from_bytes(field.value);
-        if let (Ok(name), Ok(value)) = (name, value) {
-            map.append(name, value);
-        }
-    }
-    map
 }
 
 /// A request as the server reads it from `bytes`, followed by the client's close: its head,
