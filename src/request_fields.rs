@@ -16,7 +16,7 @@ use crate::http1::fields::{self, Role, same_name, visible_text};
 
 #[derive(Clone, Debug)]
 pub enum RequestFields {
-    /// hyper's: HTTP/2, and the HTTP/1 requests hyper serves.
+    /// hyper's (HTTP/2), and an HTTP/1 head whose lines do not fit `FieldLines`' places.
     Map(HeaderMap),
     /// The own server's.
     Lines(FieldLines),
@@ -37,7 +37,7 @@ struct Place {
     name_start: u16,
     value_start: u16,
     value_end: u16,
-    /// At most 255: a request with a longer name is left to hyper.
+    /// At most 255: a head with a longer name keeps its fields as a map.
     name_len: u8,
     role: Role,
 }

@@ -1,7 +1,7 @@
 //! An upstream response's end-to-end fields, kept as the head lines the client gets. The
 //! HTTP/1.1 client reads them into these lines instead of a header map: the gateway's own
-//! server copies the lines into its head in one piece, and only hyper's path (HTTP/2,
-//! connections handed to hyper) parses them into a map. Building, hashing and dropping the
+//! server copies the lines into its head in one piece, and only hyper's HTTP/2 server parses
+//! them into a map. Building, hashing and dropping the
 //! map was one of the larger costs of a proxied request (docs/PERFORMANCE.md, "Design
 //! decisions that keep it fast").
 //!

@@ -14,7 +14,7 @@ use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use http::header::CONNECTION;
 use http::{HeaderMap, Method, Response, StatusCode, Version};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, WriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, WriteHalf};
 
 use super::watch::{Activity, Answering};
 use crate::canonical::{ArrivingBody, ProxyRequest};
@@ -36,13 +36,12 @@ mod write;
 
 use parse::{Arriving, BodyLength, Parsed, parse_request};
 use reader::{Pumped, Reader};
-use write::{AnswerTo, WriteError, write_response, write_watched};
+use write::{AnswerTo, WriteError, send_continue, write_response, write_watched};
 
 /// A write buffer grown past this by a large response is not kept for the next.
 const MAX_IDLE_WRITE_BUFFER: usize = 128 * 1024;
 /// The first bytes of every HTTP/2 connection (RFC 9113 §3.4).
 const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// Why a connection must close now, as the connection's watch tells it.
 pub(super) enum Close {
@@ -409,7 +408,7 @@ impl<S: ClientIo> Connection<S> {
                 pumped = poll_fn(|cx| self.reader.poll_pump(cx)) => match pumped {
                     Pumped::Closed => return None,
                     Pumped::SendContinue => {
-                        if self.writer.write_all(CONTINUE).await.is_err() || self.writer.flush().await.is_err() {
+                        if !pin!(send_continue(&mut self.writer, watch, &mut stopping)).await {
                             return None;
                         }
                     }

@@ -12,7 +12,7 @@ use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use std::future::poll_fn;
-use std::pin::Pin;
+use std::pin::{Pin, pin};
 
 use tokio::io::AsyncRead;
 
@@ -218,6 +218,33 @@ pub(super) async fn write_watched<S: AsyncRead, W: Watch>(
             close = poll_fn(|cx| watch.poll_close(cx)), if !*stopping => match close {
                 Close::Stop | Close::Idle => *stopping = true,
                 Close::SlowHead | Close::SendStalled => return Err(WriteError::Stalled),
+            },
+        }
+    }
+}
+
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// Sends `100 Continue` while the watch looks on: a client that takes nothing for
+/// `send_timeout` (its earlier, pipelined answers fill the socket) is cut, as during any other
+/// write. False when the connection must close.
+pub(super) async fn send_continue<S: AsyncWrite + Unpin, W: Watch>(
+    io: &mut S,
+    watch: &mut W,
+    stopping: &mut bool,
+) -> bool {
+    let sending = async {
+        io.write_all(CONTINUE).await?;
+        io.flush().await
+    };
+    let mut sending = pin!(sending);
+    loop {
+        tokio::select! {
+            biased;
+            sent = sending.as_mut() => return sent.is_ok(),
+            close = poll_fn(|cx| watch.poll_close(cx)), if !*stopping => match close {
+                Close::Stop | Close::Idle => *stopping = true,
+                Close::SlowHead | Close::SendStalled => return false,
             },
         }
     }
