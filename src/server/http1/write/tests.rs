@@ -1,5 +1,6 @@
 use super::*;
 use crate::added_fields::Added;
+use http::StatusCode;
 
 #[test]
 fn a_head_has_the_fields_less_framing_and_replaced_ones_then_the_added_and_its_own() {
