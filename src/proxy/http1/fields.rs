@@ -38,11 +38,11 @@ impl<'h> ConnectionOptions<'h> {
             .any(|listed| listed.eq_ignore_ascii_case(name))
     }
 
-    /// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 only when asked to keep
-    /// it.
+    /// Never after `close` (RFC 9112 §9.3, as the server reads requests); otherwise HTTP/1.1
+    /// keeps the connection, HTTP/1.0 only when asked to keep it.
     pub(super) fn keeps_alive(&self, version: Version) -> bool {
         if version == Version::HTTP_10 {
-            self.keep_alive
+            self.keep_alive && !self.close
         } else {
             !self.close
         }

@@ -180,6 +180,9 @@ fn keep_alive_follows_the_version_and_the_connection_field() {
     assert!(keeps("1.1", &["closed"]));
     assert!(!keeps("1.0", &[]));
     assert!(keeps("1.0", &["Keep-Alive"]));
+    // Close wins in HTTP/1.0 too (RFC 9112 §9.3), as the server reads a request.
+    assert!(!keeps("1.0", &["keep-alive, close"]));
+    assert!(!keeps("1.0", &["close", "Keep-Alive"]));
     // A body that only the close ends leaves nothing to reuse.
     let until_close = head_of("HTTP/1.1 200 OK", false, &[]).unwrap();
     assert!(!until_close.keep_alive);
