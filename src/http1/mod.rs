@@ -3,6 +3,7 @@
 //! pipeline can all use it without importing one another. (More of the codec moves here with
 //! the HTTP/1 layer issue; docs/ARCHITECTURE.md.)
 
+pub mod connection;
 pub mod encode;
 pub mod fields;
 pub mod framing;

@@ -10,6 +10,7 @@ use http::{Method, Uri, Version};
 
 use crate::canonical::{ArrivingBody, ProxyRequest};
 use crate::http1::HeadError;
+use crate::http1::connection::ConnectionOptions;
 use crate::http1::fields::{Role, list_items, role};
 use crate::http1::framing::{header_map, parse_decimal};
 use crate::request_fields::{FieldLines, RequestFields};
@@ -174,8 +175,8 @@ fn read_fields(
     let mut fits_lines = true;
     let mut content_length = Ok(None);
     let mut codings: Option<Vec<&[u8]>> = None;
-    let (mut close, mut keep_alive_asked, mut expects_continue, mut asks_upgrade) =
-        (false, false, false, false);
+    let mut connection = ConnectionOptions::default();
+    let (mut expects_continue, mut asks_upgrade) = (false, false);
     let mut takes_trailers = false;
     for field in fields {
         let name = field.name.as_bytes();
@@ -185,12 +186,7 @@ fn read_fields(
             Role::TransferEncoding => codings
                 .get_or_insert_with(Vec::new)
                 .extend(list_items(field.value)),
-            Role::Connection => {
-                for option in list_items(field.value) {
-                    close |= option.eq_ignore_ascii_case(b"close");
-                    keep_alive_asked |= option.eq_ignore_ascii_case(b"keep-alive");
-                }
-            }
+            Role::Connection => connection.add(field.value),
             Role::Upgrade => asks_upgrade = true,
             Role::HopByHop if name.eq_ignore_ascii_case(b"te") => {
                 takes_trailers |=
@@ -204,13 +200,9 @@ fn read_fields(
         fits_lines = fits_lines && lines.push(head, name, field.value, role).is_some();
     }
     let body = body_length(codings.as_deref(), content_length, version)?;
-    let keep_alive = match version {
-        Version::HTTP_10 => keep_alive_asked && !close,
-        _ => !close,
-    };
     Ok(Framing {
         body,
-        keep_alive,
+        keep_alive: connection.keeps_alive(version),
         expects_continue: expects_continue
             && version == Version::HTTP_11
             && body != BodyLength::None,
