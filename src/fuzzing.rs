@@ -13,8 +13,8 @@ use crate::canonical::path::{self, EscapedSlashes};
 use crate::canonical::{
     BadRequest, Policy, Request, TrailerFilter, Underscores, canonicalize, host,
 };
+use crate::http1::request_fields::RequestFields;
 use crate::proxy::headers::{Role, role};
-use crate::request_fields::RequestFields;
 use crate::server::{ReadRequest, read_for_fuzzing};
 
 mod config;

@@ -5,8 +5,8 @@ use http::{Method, Request, Uri, Version};
 use hyper::body::Incoming;
 
 use crate::http1::request_body::ServerBody;
+use crate::http1::request_fields::RequestFields;
 use crate::http1::upgrade::PendingUpgrade;
-use crate::request_fields::RequestFields;
 
 /// A request body as it arrives.
 pub enum ArrivingBody {

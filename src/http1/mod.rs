@@ -9,6 +9,7 @@ pub mod fields;
 pub mod framing;
 mod head_error;
 pub mod request_body;
+pub mod request_fields;
 pub mod stream;
 pub mod upgrade;
 

@@ -7,7 +7,7 @@ use http::{HeaderName, HeaderValue};
 pub use crate::http1::fields::strip_hop_by_hop;
 use crate::http1::fields::visible_text;
 pub(crate) use crate::http1::fields::{Role, list_items, role};
-use crate::request_fields::RequestFields;
+use crate::http1::request_fields::RequestFields;
 use crate::request_id::{RequestId, X_REQUEST_ID};
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -158,7 +158,7 @@ mod tests {
     use http::HeaderMap;
     use http::header::UPGRADE;
 
-    use crate::request_fields::tests::map_of as headers;
+    use crate::http1::request_fields::tests::map_of as headers;
 
     #[test]
     fn strips_the_fixed_set_the_connection_list_and_proxy_headers() {
@@ -214,7 +214,7 @@ mod tests {
     /// `pairs` as hyper's map and as the own server's lines.
     fn both(pairs: &[(&str, &str)]) -> [RequestFields; 2] {
         let map = headers(pairs);
-        let lines = crate::request_fields::tests::lines_like(&map);
+        let lines = crate::http1::request_fields::tests::lines_like(&map);
         [RequestFields::Map(map), lines]
     }
 

@@ -13,7 +13,7 @@ use crate::http1::HeadError;
 use crate::http1::connection::ConnectionOptions;
 use crate::http1::fields::{Role, list_items, role};
 use crate::http1::framing::{header_map, parse_decimal};
-use crate::request_fields::{FieldLines, RequestFields};
+use crate::http1::request_fields::{FieldLines, RequestFields};
 
 /// Most fields in a request head, as hyper allows.
 pub(super) const MAX_FIELDS: usize = 100;

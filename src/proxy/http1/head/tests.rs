@@ -2,7 +2,7 @@ use super::*;
 use proptest::prelude::*;
 
 use crate::http1::encode::hex;
-use crate::request_fields::RequestFields;
+use crate::http1::request_fields::RequestFields;
 use http::header::{CONTENT_LENGTH, TRANSFER_ENCODING};
 
 use crate::http1::framing::decode;
