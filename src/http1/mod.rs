@@ -10,6 +10,7 @@ pub mod framing;
 mod head_error;
 pub mod request_body;
 pub mod request_fields;
+pub mod request_head;
 pub mod stream;
 pub mod upgrade;
 

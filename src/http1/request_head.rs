@@ -1,6 +1,7 @@
-//! Reading a request head off the connection's buffer: the request line and fields
-//! (httparse, as hyper parses them), how the body is framed (RFC 9112 §6.3) and what the
-//! connection does after the request (RFC 9112 §9.3).
+//! Reading a request head off a connection's buffer: the request line and fields (httparse,
+//! as hyper parses them), how the body is framed (RFC 9112 §6.3) and what the connection does
+//! after the request (RFC 9112 §9.3). The request itself is the server's type, built from the
+//! head's parts where the head is parsed (`FromParts`).
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -8,28 +9,34 @@ use std::ops::Range;
 use bytes::BytesMut;
 use http::{Method, Uri, Version};
 
-use crate::canonical::{ArrivingBody, ProxyRequest};
-use crate::http1::HeadError;
-use crate::http1::connection::ConnectionOptions;
-use crate::http1::fields::{Role, list_items, role};
-use crate::http1::framing::{header_map, parse_decimal};
-use crate::http1::request_fields::{FieldLines, RequestFields};
+use super::HeadError;
+use super::connection::ConnectionOptions;
+use super::fields::{Role, list_items, role};
+use super::framing::{header_map, parse_decimal};
+use super::request_fields::{FieldLines, RequestFields};
+
+/// What a server makes of a request head's parts: its request, with no body or upgrade yet.
+/// Built where the head is parsed and returned once, not built from a head type of its own:
+/// each move of a request is a copy of a few hundred bytes.
+pub trait FromParts {
+    fn from_parts(method: Method, uri: Uri, version: Version, fields: RequestFields) -> Self;
+}
 
 /// Most fields in a request head, as hyper allows.
-pub(super) const MAX_FIELDS: usize = 100;
+pub const MAX_FIELDS: usize = 100;
 
 /// How a request's body is delimited.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum BodyLength {
+pub enum BodyLength {
     None,
     Exactly(u64),
     Chunked,
 }
 
 /// A request head as read, and what it says about its body and its connection.
-pub(super) struct Arriving {
+pub struct Arriving<R> {
     /// The request, with no body or upgrade yet: the caller connects those.
-    pub request: ProxyRequest,
+    pub request: R,
     pub body: BodyLength,
     /// The client may send another request on the connection after this one.
     pub keep_alive: bool,
@@ -43,8 +50,8 @@ pub(super) struct Arriving {
 
 // Returned once a request and matched at once: boxing the request would cost an allocation.
 #[expect(clippy::large_enum_variant)]
-pub(super) enum Parsed {
-    Request(Arriving),
+pub enum Parsed<R> {
+    Request(Arriving<R>),
     /// More bytes are needed.
     Partial,
     Refused(HeadError),
@@ -52,7 +59,7 @@ pub(super) enum Parsed {
 
 /// The request head at the start of `read`, split off it once complete. A head still
 /// incomplete at `max_head` bytes is refused.
-pub(super) fn parse_request(read: &mut BytesMut, max_head: usize) -> Parsed {
+pub fn parse_request<R: FromParts>(read: &mut BytesMut, max_head: usize) -> Parsed<R> {
     if read.is_empty() {
         return Parsed::Partial;
     }
@@ -98,14 +105,7 @@ pub(super) fn parse_request(read: &mut BytesMut, max_head: usize) -> Parsed {
         Some(map) => RequestFields::Map(map),
     };
     Parsed::Request(Arriving {
-        request: ProxyRequest {
-            method: parts.method,
-            uri,
-            version: parts.version,
-            fields,
-            upgrade: None,
-            body: ArrivingBody::None,
-        },
+        request: R::from_parts(parts.method, uri, parts.version, fields),
         body: framing.body,
         keep_alive: framing.keep_alive,
         expects_continue: framing.expects_continue,
@@ -275,17 +275,17 @@ fn body_length(
 /// then its body through the same framing: for the fuzz targets and the tests against hyper.
 #[cfg(any(test, fuzzing))]
 #[expect(clippy::large_enum_variant, reason = "made once per test input")]
-pub enum ReadRequest {
+pub enum ReadRequest<R> {
     /// The head and the body, `Err` when the body's framing is broken or it is cut short.
-    Request(crate::canonical::ProxyRequest, Result<Vec<u8>, String>),
+    Request(R, Result<Vec<u8>, String>),
     /// The head is not complete.
     Partial,
     Refused(HeadError),
 }
 
 #[cfg(any(test, fuzzing))]
-pub fn read_for_fuzzing(bytes: &[u8]) -> ReadRequest {
-    use crate::http1::framing::{Chunk, Framing, decode};
+pub fn read_for_fuzzing<R: FromParts>(bytes: &[u8]) -> ReadRequest<R> {
+    use super::framing::{Chunk, Framing, decode};
     let mut read = BytesMut::from(bytes);
     let arriving = match parse_request(&mut read, 64 * 1024) {
         Parsed::Request(arriving) => arriving,
@@ -312,3 +312,6 @@ pub fn read_for_fuzzing(bytes: &[u8]) -> ReadRequest {
     };
     ReadRequest::Request(arriving.request, outcome)
 }
+
+#[cfg(test)]
+mod tests;
