@@ -11,6 +11,7 @@ mod head_error;
 pub mod request_body;
 pub mod request_fields;
 pub mod request_head;
+pub mod response_head;
 pub mod stream;
 pub mod upgrade;
 

@@ -1,26 +1,68 @@
-//! Message heads: the request head the gateway writes, the response head it reads, and how that
-//! response's body is delimited (RFC 9112 §6).
+//! Reading a response head off a connection's buffer (httparse, as hyper's client reads it):
+//! the status, the end-to-end fields, how the body is delimited (RFC 9112 §6.3) and whether
+//! the connection may carry another request (RFC 9112 §9.3). The fields go into the
+//! recipient's own container (`ResponseFields`), filled as the head is read.
 
 use std::mem::MaybeUninit;
 
 use bytes::{Buf, BytesMut};
 use http::{Response, StatusCode, Version};
 
-use super::fields::ReadFields;
-use super::{ExchangeError, MAX_HEAD_BYTES, ResponseHead};
-use crate::http1::framing::{Chunk, Framing};
-use crate::proxy::headers::{Role, SetFields, role};
-use crate::proxy::upstream::UpstreamHead;
+use super::framing::{Chunk, Framing};
+use fields::ReadFields;
+
+mod fields;
 
 /// Most fields in one response head.
 const MAX_HEADERS: usize = 128;
 
-/// The response head at the start of `buf`, taken off it once complete. Its end-to-end
-/// fields are copied out as head lines (`UpstreamFields`), with no header map.
-pub(super) fn parse_head(
+/// Where a response's end-to-end fields are copied as its head is read: the recipient's own
+/// container, filled in place (copying them into it afterwards would copy every field of
+/// every response once more).
+pub trait ResponseFields {
+    /// Room for the fields of a head of `head_length` bytes.
+    fn with_capacity(head_length: usize) -> Self;
+    /// Appends a field: `name` is a token and `value` a valid field value, as httparse
+    /// checks them.
+    fn push(&mut self, name: &[u8], value: &[u8]);
+    /// Keeps only the fields whose names `keep` accepts, in their order.
+    fn retain(&mut self, keep: impl Fn(&[u8]) -> bool);
+    /// The valid Content-Length passed on with the fields, when no Transfer-Encoding
+    /// overrides it.
+    fn set_content_length(&mut self, length: Option<u64>);
+}
+
+/// A response head, and how its body is read.
+pub struct ResponseHead<F> {
+    /// The status and version; its header map stays empty, the fields are in `fields`.
+    pub response: Response<()>,
+    pub fields: F,
+    pub framing: Framing,
+    /// The connection may carry another request once the body is read.
+    pub keep_alive: bool,
+}
+
+/// Why a response head cannot be read; the connection it came on cannot be read any further.
+#[derive(Debug, thiserror::Error)]
+pub enum ResponseHeadError {
+    #[error("malformed response head: {0}")]
+    Malformed(httparse::Error),
+    #[error("response head larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("invalid response framing: {0}")]
+    Framing(&'static str),
+}
+
+/// The response head at the start of `buf`, taken off it once complete, its end-to-end fields
+/// copied into `F` (no header map). A complete head over `max_head` bytes is refused; one
+/// still incomplete is the caller's to bound. `head_request`: the request was a `HEAD`.
+/// Errors come as the caller's `E`, so that the head is returned in the caller's own result
+/// (a conversion of the result after the call would move the head once more).
+pub fn parse_response<F: ResponseFields, E: From<ResponseHeadError>>(
     buf: &mut BytesMut,
     head_request: bool,
-) -> Result<Option<ResponseHead>, ExchangeError> {
+    max_head: usize,
+) -> Result<Option<ResponseHead<F>>, E> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -31,15 +73,17 @@ pub(super) fn parse_head(
         buf,
         &mut fields,
     ) {
-        Ok(httparse::Status::Complete(length)) if length <= MAX_HEAD_BYTES => length,
-        Ok(httparse::Status::Complete(_)) => return Err(ExchangeError::HeadTooLarge),
+        Ok(httparse::Status::Complete(length)) if length <= max_head => length,
+        Ok(httparse::Status::Complete(_)) => {
+            return Err(ResponseHeadError::TooLarge(max_head).into());
+        }
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(error) => return Err(ExchangeError::MalformedHead(error)),
+        Err(error) => return Err(ResponseHeadError::Malformed(error).into()),
     };
     let status = parsed
         .code
         .and_then(|code| StatusCode::from_u16(code).ok())
-        .ok_or(ExchangeError::Framing("status code out of range"))?;
+        .ok_or(ResponseHeadError::Framing("status code out of range"))?;
     let version = match parsed.version {
         Some(0) => Version::HTTP_10,
         _ => Version::HTTP_11,
@@ -53,13 +97,13 @@ pub(super) fn parse_head(
 }
 
 /// The head of `response` with `fields`, which fill a head of `head_length` bytes.
-fn read_fields(
+fn read_fields<F: ResponseFields>(
     response: Response<()>,
     fields: &[httparse::Header<'_>],
     head_request: bool,
     head_length: usize,
-) -> Result<ResponseHead, ExchangeError> {
-    let read = ReadFields::of(response.status(), fields, head_length);
+) -> Result<ResponseHead<F>, ResponseHeadError> {
+    let read = ReadFields::<F>::of(response.status(), fields, head_length);
     let framing = response_framing(&response, head_request, &read)?;
     let keep_alive = read.connection.keeps_alive(response.version())
         && !matches!(framing, Framing::UntilClose | Framing::Upgraded);
@@ -75,45 +119,13 @@ fn read_fields(
     })
 }
 
-/// Writes the request line, the request's fields less those `set` replaces, then `set`'s.
-/// `length`: `None` for no body, `Some(None)` for a body of unknown length (chunked),
-/// `Some(Some(n))` for `n` bytes.
-pub(crate) fn encode_head(
-    buf: &mut Vec<u8>,
-    head: &UpstreamHead,
-    set: &SetFields,
-    length: Option<Option<u64>>,
-) {
-    buf.extend_from_slice(head.method.as_str().as_bytes());
-    buf.push(b' ');
-    buf.extend_from_slice(head.target.as_str().as_bytes());
-    buf.extend_from_slice(b" HTTP/1.1\r\n");
-    set.encode_host(buf);
-    let framed_here = length.is_some();
-    let framing = |name: &[u8]| matches!(role(name), Role::ContentLength | Role::TransferEncoding);
-    head.fields.encode(buf, |name| {
-        !(set.leaves_out(name) || framed_here && framing(name))
-    });
-    set.encode(buf);
-    match length {
-        Some(Some(n)) => {
-            buf.extend_from_slice(b"content-length: ");
-            buf.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-            buf.extend_from_slice(b"\r\n");
-        }
-        Some(None) => buf.extend_from_slice(b"transfer-encoding: chunked\r\n"),
-        None => {}
-    }
-    buf.extend_from_slice(b"\r\n");
-}
-
 /// How the body of a response is delimited (RFC 9112 §6.3). Transfer-Encoding wins over
 /// Content-Length, which the client then does not see.
-fn response_framing(
+fn response_framing<F>(
     response: &Response<()>,
     head_request: bool,
-    read: &ReadFields<'_>,
-) -> Result<Framing, ExchangeError> {
+    read: &ReadFields<'_, F>,
+) -> Result<Framing, ResponseHeadError> {
     let status = response.status();
     if status == StatusCode::SWITCHING_PROTOCOLS {
         return Ok(Framing::Upgraded);
@@ -129,7 +141,7 @@ fn response_framing(
         // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing; its
         // sender may mean something else by the bytes that follow (hyper refuses it too).
         if response.version() == Version::HTTP_10 {
-            return Err(ExchangeError::Framing(
+            return Err(ResponseHeadError::Framing(
                 "Transfer-Encoding in an HTTP/1.0 response",
             ));
         }
@@ -139,7 +151,8 @@ fn response_framing(
             Framing::UntilClose
         });
     }
-    Ok(match read.content_length.map_err(ExchangeError::Framing)? {
+    let length = read.content_length.map_err(ResponseHeadError::Framing)?;
+    Ok(match length {
         Some(0) => Framing::Done,
         Some(n) => Framing::Length(n),
         None => Framing::UntilClose,
