@@ -11,12 +11,12 @@ use http::{HeaderMap, HeaderValue};
 use ratelimit_proxy::client_ip::{ClientIpPolicy, ForwardHeader};
 use ratelimit_proxy::clock::{Clock, SystemClock};
 use ratelimit_proxy::edge::{EdgeLayer, EdgePolicy};
+use ratelimit_proxy::http1::request_fields::RequestFields;
 use ratelimit_proxy::ip_set::IpSet;
 use ratelimit_proxy::limit::key::{KeyPart, Missing, RequestFacts};
 use ratelimit_proxy::limit::limiter::{Limiter, RouteLimits, Stores};
 use ratelimit_proxy::limit::rules::{LimitRule, OnError, Window};
 use ratelimit_proxy::limit::{Algorithm, Rate};
-use ratelimit_proxy::request_fields::RequestFields;
 
 fn random_v4_blocks(count: usize, seed: u64) -> Vec<ipnet::IpNet> {
     let mut rng = fastrand::Rng::with_seed(seed);

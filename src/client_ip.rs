@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use http::HeaderName;
 
 use crate::http1::fields::visible_text;
+use crate::http1::request_fields::RequestFields;
 use crate::ip_set::IpSet;
-use crate::request_fields::RequestFields;
 
 /// At most this many header entries are examined, whatever the client sends.
 pub const MAX_HOPS: usize = 32;

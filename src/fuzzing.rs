@@ -13,9 +13,9 @@ use crate::canonical::path::{self, EscapedSlashes};
 use crate::canonical::{
     BadRequest, Policy, Request, TrailerFilter, Underscores, canonicalize, host,
 };
+use crate::http1::request_fields::RequestFields;
+use crate::http1::request_head::{ReadRequest, read_for_fuzzing};
 use crate::proxy::headers::{Role, role};
-use crate::request_fields::RequestFields;
-use crate::server::{ReadRequest, read_for_fuzzing};
 
 mod config;
 mod forwarded;
@@ -88,7 +88,7 @@ pub fn host(bytes: &[u8]) {
 /// same canonical request or the same refusal, and a canonical request keeps the invariants of
 /// `crate::canonical`.
 pub fn request(bytes: &[u8]) {
-    let ReadRequest::Request(own, _) = read_for_fuzzing(bytes) else {
+    let ReadRequest::Request(own, _) = read_for_fuzzing::<ProxyRequest>(bytes) else {
         return;
     };
     let mapped = as_map(&own, bytes);

@@ -20,7 +20,6 @@ pub mod ip_set;
 pub mod limit;
 pub mod metrics;
 pub mod proxy;
-pub mod request_fields;
 pub mod request_id;
 pub mod respond;
 pub mod route;

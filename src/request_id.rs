@@ -3,7 +3,7 @@
 
 use http::HeaderValue;
 
-use crate::request_fields::RequestFields;
+use crate::http1::request_fields::RequestFields;
 
 pub const X_REQUEST_ID: http::HeaderName = http::HeaderName::from_static("x-request-id");
 
@@ -83,7 +83,7 @@ mod tests {
     fn keeps_a_sane_id() {
         assert_eq!(keep_or_mint(&with_id(b"req-42_A.b")).as_str(), "req-42_A.b");
         let head = b"GET / HTTP/1.1\r\nX-Request-ID: req-7\r\n\r\n";
-        let lines = crate::request_fields::tests::lines_of(head);
+        let lines = crate::http1::request_fields::tests::lines_of(head);
         assert_eq!(keep_or_mint(&lines).as_str(), "req-7");
         let longest = vec![b'a'; 128];
         assert_eq!(keep_or_mint(&with_id(&longest)).as_bytes(), &longest[..]);

@@ -14,6 +14,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::added_fields::{Added, AddedFields};
 use crate::http1::encode::encode_field;
+use crate::http1::response_head::ResponseFields;
 use crate::spare;
 
 /// Above any Content-Length accepted (18 digits at most).
@@ -144,6 +145,29 @@ impl UpstreamFields {
             headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(length));
         }
         *self = UpstreamFields::default();
+    }
+}
+
+/// The upstream client's response head parser fills these as it reads a head.
+impl ResponseFields for UpstreamFields {
+    #[inline]
+    fn with_capacity(head_length: usize) -> UpstreamFields {
+        UpstreamFields::with_capacity(head_length)
+    }
+
+    #[inline]
+    fn push(&mut self, name: &[u8], value: &[u8]) {
+        UpstreamFields::push(self, name, value);
+    }
+
+    #[inline]
+    fn retain(&mut self, keep: impl Fn(&[u8]) -> bool) {
+        UpstreamFields::retain(self, keep);
+    }
+
+    #[inline]
+    fn set_content_length(&mut self, length: Option<u64>) {
+        UpstreamFields::set_content_length(self, length);
     }
 }
 

@@ -5,8 +5,9 @@ use http::{Method, Request, Uri, Version};
 use hyper::body::Incoming;
 
 use crate::http1::request_body::ServerBody;
+use crate::http1::request_fields::RequestFields;
+use crate::http1::request_head::FromParts;
 use crate::http1::upgrade::PendingUpgrade;
-use crate::request_fields::RequestFields;
 
 /// A request body as it arrives.
 pub enum ArrivingBody {
@@ -39,6 +40,21 @@ impl ProxyRequest {
             version: parts.version,
             fields: RequestFields::Map(parts.headers),
             body: ArrivingBody::Hyper(body),
+        }
+    }
+}
+
+impl FromParts for ProxyRequest {
+    /// A request the own HTTP/1 server read; the server connects its body and upgrade.
+    #[inline]
+    fn from_parts(method: Method, uri: Uri, version: Version, fields: RequestFields) -> Self {
+        ProxyRequest {
+            method,
+            uri,
+            version,
+            fields,
+            upgrade: None,
+            body: ArrivingBody::None,
         }
     }
 }

@@ -23,7 +23,7 @@ use http::uri::PathAndQuery;
 use http::{HeaderValue, Method, Uri, Version};
 use http_body_util::{Either, Empty};
 
-use crate::request_fields::RequestFields;
+use crate::http1::request_fields::RequestFields;
 pub use arriving::{ArrivingBody, ProxyRequest};
 pub use host::HostError;
 pub use path::{EscapedSlashes, PathError};

@@ -1,5 +1,5 @@
 use super::*;
-use crate::request_fields::tests::{lines_of, map_like};
+use crate::http1::request_fields::tests::{lines_of, map_like};
 
 fn policy(underscores: Underscores) -> Policy {
     Policy {

@@ -6,7 +6,7 @@ use http::HeaderValue;
 use http::header::{CONNECTION, UPGRADE};
 
 use crate::http1::fields::{list_items, lists, visible_text};
-use crate::request_fields::RequestFields;
+use crate::http1::request_fields::RequestFields;
 
 /// True when the request asks to switch protocols (`Connection: upgrade` plus `Upgrade`).
 pub fn wants_upgrade(fields: &RequestFields) -> bool {

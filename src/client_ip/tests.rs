@@ -1,5 +1,5 @@
 use super::*;
-use crate::request_fields::tests::lines_like;
+use crate::http1::request_fields::tests::lines_like;
 use http::{HeaderMap, HeaderValue};
 use proptest::prelude::*;
 

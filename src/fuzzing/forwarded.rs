@@ -9,8 +9,8 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
 
 use crate::client_ip::{ClientIp, ClientIpPolicy, ForwardHeader, normalize, parse_node};
+use crate::http1::request_fields::RequestFields;
 use crate::ip_set::IpSet;
-use crate::request_fields::RequestFields;
 
 /// Addresses no fuzz input makes trusted unless they appear in it.
 const OUTSIDERS: [&str; 3] = ["198.51.100.77", "2001:db8::77", "203.0.113.9"];

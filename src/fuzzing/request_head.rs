@@ -18,7 +18,7 @@ use tokio::io::AsyncWriteExt;
 use super::runtime;
 use crate::canonical::ProxyRequest;
 use crate::http1::HeadError;
-use crate::server::{ReadRequest, read_for_fuzzing};
+use crate::http1::request_head::{ReadRequest, read_for_fuzzing};
 
 /// A request as read: its field names in lowercase, in order of name; its body, or why it
 /// could not be read whole.
@@ -45,7 +45,7 @@ pub fn request_head(bytes: &[u8]) {
 
 /// Compares the two servers on `bytes`; Err describes a difference no rule explains.
 pub fn compare(bytes: &[u8]) -> Result<Compared, String> {
-    let own = read_for_fuzzing(bytes);
+    let own = read_for_fuzzing::<ProxyRequest>(bytes);
     let hyper = read_by_hyper(bytes);
     match (own, hyper) {
         (ReadRequest::Request(request, body), Some(hyper)) => {

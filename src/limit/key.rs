@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use http::{HeaderName, Method};
 use siphasher::sip128::{Hasher128, SipHasher13};
 
-use crate::request_fields::{Repeated, RequestFields};
+use crate::http1::request_fields::{Repeated, RequestFields};
 use values::{cookie_value, query_value};
 
 /// One part of a limit key, as written in `key = [...]`.

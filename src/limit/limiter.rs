@@ -14,7 +14,7 @@ use super::key::{
 };
 use super::rules::{LimitRule, OnError, Plans, Window};
 use crate::clock::Nanos;
-use crate::request_fields::Repeated;
+use crate::http1::request_fields::Repeated;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisStore, StoreError};
 use crate::store::{Small, WindowRequest};

@@ -4,10 +4,11 @@
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 
+use crate::http1::encode::SenderFields;
 pub use crate::http1::fields::strip_hop_by_hop;
 use crate::http1::fields::visible_text;
 pub(crate) use crate::http1::fields::{Role, list_items, role};
-use crate::request_fields::RequestFields;
+use crate::http1::request_fields::RequestFields;
 use crate::request_id::{RequestId, X_REQUEST_ID};
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -45,11 +46,11 @@ pub struct SetFields {
     pub peer_trusted: bool,
 }
 
-impl SetFields {
+impl SenderFields for SetFields {
     /// True for a client field that the gateway's own replace, or (from a peer that is not a
     /// trusted proxy) another claim of who the client is: whatever a client says about who
     /// forwarded it never reaches the upstream unchecked.
-    pub fn leaves_out(&self, name: &[u8]) -> bool {
+    fn leaves_out(&self, name: &[u8]) -> bool {
         let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
         match name.len() {
             12 => is(X_REQUEST_ID.as_str()),
@@ -62,7 +63,7 @@ impl SetFields {
     }
 
     /// Writes the Host line, which goes first (RFC 9110 §7.2 recommends it).
-    pub(crate) fn encode_host(&self, buf: &mut Vec<u8>) {
+    fn encode_host(&self, buf: &mut Vec<u8>) {
         if let Some(host) = &self.host {
             buf.extend_from_slice(b"host: ");
             buf.extend_from_slice(host);
@@ -73,7 +74,7 @@ impl SetFields {
     /// Writes the other fields as head lines, in a fixed order, after the request's own.
     /// Each name is a constant with the line end before it and its `: ` after, written at
     /// once: a `HeaderName` apiece, its `: ` and the line end apart, cost a third more.
-    pub(crate) fn encode(&self, buf: &mut Vec<u8>) {
+    fn encode(&self, buf: &mut Vec<u8>) {
         let client_host = self.host.as_ref().filter(|_| self.forward_host);
         let lines: [(&[u8], Option<&[u8]>); 6] = [
             (b"\r\nx-forwarded-host: ", client_host.map(|host| &host[..])),
@@ -155,10 +156,11 @@ fn forwarded_for_chain(fields: &RequestFields, peer: &HeaderValue) -> HeaderValu
 mod tests {
     use super::*;
     use crate::canonical::wants_upgrade;
+    use crate::http1::encode::encode_request_head;
     use http::HeaderMap;
     use http::header::UPGRADE;
 
-    use crate::request_fields::tests::map_of as headers;
+    use crate::http1::request_fields::tests::map_of as headers;
 
     #[test]
     fn strips_the_fixed_set_the_connection_list_and_proxy_headers() {
@@ -214,18 +216,15 @@ mod tests {
     /// `pairs` as hyper's map and as the own server's lines.
     fn both(pairs: &[(&str, &str)]) -> [RequestFields; 2] {
         let map = headers(pairs);
-        let lines = crate::request_fields::tests::lines_like(&map);
+        let lines = crate::http1::request_fields::tests::lines_like(&map);
         [RequestFields::Map(map), lines]
     }
 
     /// The fields as the upstream receives them, through the request head encoder.
     fn as_sent(fields: &RequestFields, set: &SetFields) -> HeaderMap {
-        let upstream = crate::proxy::upstream::UpstreamHead {
-            fields: fields.clone(),
-            ..crate::proxy::upstream::UpstreamHead::get("/")
-        };
+        let get = crate::proxy::upstream::UpstreamHead::get("/");
         let mut head = Vec::new();
-        crate::proxy::http1::encode_head(&mut head, &upstream, set, None);
+        encode_request_head(&mut head, &get.method, &get.target, fields, set, None);
         let mut fields = [httparse::EMPTY_HEADER; 32];
         let mut request = httparse::Request::new(&mut fields);
         assert!(request.parse(&head).unwrap().is_complete());
@@ -300,12 +299,9 @@ mod tests {
         for fields in both(&[("accept", "*/*")]) {
             let host = Bytes::from_static(b"api.example.com:8443");
             let set = to_upstream(&fields, &forwarded, Some(host), None);
-            let upstream = crate::proxy::upstream::UpstreamHead {
-                fields: fields.clone(),
-                ..crate::proxy::upstream::UpstreamHead::get("/")
-            };
+            let get = crate::proxy::upstream::UpstreamHead::get("/");
             let mut head = Vec::new();
-            crate::proxy::http1::encode_head(&mut head, &upstream, &set, None);
+            encode_request_head(&mut head, &get.method, &get.target, &fields, &set, None);
             let text = String::from_utf8(head).unwrap();
             assert!(
                 text.starts_with("GET / HTTP/1.1\r\nhost: api.example.com:8443\r\n"),

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::headers::SetFields;
 use super::upstream::{UpstreamHead, UpstreamPool};
 use crate::config::HealthCheck;
-use crate::request_fields::RequestFields;
+use crate::http1::request_fields::RequestFields;
 
 /// One server's health: the verdict of its active checks with the streak towards changing it,
 /// and its ejection after a refused connection. Shared by the pools of successive runtimes

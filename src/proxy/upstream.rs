@@ -18,8 +18,8 @@ use super::headers::SetFields;
 use super::health::ServerHealth;
 use super::http1::ExchangeDeadlines;
 use crate::config::{Balance, HealthCheck, ServerConfig, UpstreamConfig, UpstreamServer};
+use crate::http1::request_fields::RequestFields;
 use crate::metrics::TimeoutCounters;
-use crate::request_fields::RequestFields;
 use crate::tls::upstream::{UpstreamTls, client_config};
 
 pub use crate::canonical::UpstreamBody;

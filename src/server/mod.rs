@@ -41,8 +41,6 @@ use accept::AcceptLoop;
 use admin::AdminState;
 use connection::{ConnectionSettings, Protocols};
 pub use drain::Drain;
-#[cfg(any(test, fuzzing))]
-pub use http1::{ReadRequest, read_for_fuzzing};
 use reload::Generation;
 pub use reload::{ReloadError, Reloader, watch_files};
 use watch::WatchedDeadlines;

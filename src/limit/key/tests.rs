@@ -45,7 +45,7 @@ fn extracts_headers_queries_and_cookies() {
     let mut headers = http::HeaderMap::new();
     headers.insert("x-api-key", "k-123".parse().unwrap());
     headers.append("cookie", "a=1; session=s-9".parse().unwrap());
-    let lines = crate::request_fields::tests::lines_like(&headers);
+    let lines = crate::http1::request_fields::tests::lines_like(&headers);
     for fields in [RequestFields::Map(headers), lines] {
         extracts_from(&fields);
     }
@@ -142,7 +142,7 @@ fn field_boundaries_matter() {
 
 #[test]
 fn a_key_part_given_twice_is_repeated_wherever_it_comes_from() {
-    let fields = crate::request_fields::tests::lines_of(
+    let fields = crate::http1::request_fields::tests::lines_of(
         b"GET / HTTP/1.1\r\nX-Api-Key: a\r\nCookie: s=1\r\nx-api-key: b\r\nCookie: t=2; s=3\r\n\r\n",
     );
     let f = facts(&fields, Some("key=a&x=1&k%65y=b"));
@@ -179,7 +179,7 @@ fn query_names_and_values_are_read_as_upstreams_decode_them() {
 
 #[test]
 fn quoted_cookies_empty_headers_and_paths_in_any_case_have_one_value() {
-    let fields = crate::request_fields::tests::lines_of(
+    let fields = crate::http1::request_fields::tests::lines_of(
         b"GET / HTTP/1.1\r\nCookie: s=\"abc\"\r\nX-Api-Key:\r\n\r\n",
     );
     let mut f = facts(&fields, None);

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 
 use http::header::COOKIE;
 
-use crate::request_fields::{Repeated, RequestFields};
+use crate::http1::request_fields::{Repeated, RequestFields};
 
 /// The value of the query parameter `name`, names and values decoded as
 /// `application/x-www-form-urlencoded` (and `%uXXXX`), pairs separated by `&` or `;`.
@@ -132,7 +132,7 @@ fn unquoted(value: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request_fields::tests::lines_of;
+    use crate::http1::request_fields::tests::lines_of;
 
     fn query(text: &str) -> Result<Option<String>, Repeated> {
         let value = query_value(text, "key")?;

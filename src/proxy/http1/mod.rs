@@ -15,7 +15,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker, ready};
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderValue, Method, Response, StatusCode};
+use http::{HeaderValue, Method, StatusCode};
 use http_body::Frame;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
@@ -25,19 +25,18 @@ use super::upstream::{UpstreamBody, UpstreamHead};
 use crate::upstream_fields::UpstreamFields;
 
 mod deadlines;
-mod fields;
-mod head;
+mod error;
 mod upload;
 
 pub use crate::http1::framing::Framing;
 pub use crate::http1::stream::{Stream, Upgraded};
 pub use deadlines::ExchangeDeadlines;
-pub(crate) use head::encode_head;
+pub use error::ExchangeError;
 
 pub(crate) use crate::http1::encode::{encode_field, hex};
-use crate::http1::framing::{FramingError, decode};
+use crate::http1::framing::decode;
+use crate::http1::response_head::parse_response;
 use deadlines::Waiting;
-use head::parse_head;
 use upload::Upload;
 
 /// The response head parser and body decoder as a connection uses them: for the fuzz targets
@@ -74,68 +73,16 @@ const MAX_READ: usize = 256 * 1024;
 /// Room for a request head, kept while a connection is idle.
 const IDLE_WRITE_BUFFER: usize = 1024;
 
-/// Why an exchange with an upstream server failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ExchangeError {
-    #[error("connection error: {0}")]
-    Io(#[from] io::Error),
-    #[error("the connection closed before a complete response head")]
-    Closed,
-    #[error("malformed response head: {0}")]
-    MalformedHead(httparse::Error),
-    #[error("response head larger than {MAX_HEAD_BYTES} bytes")]
-    HeadTooLarge,
-    #[error("invalid response framing: {0}")]
-    Framing(&'static str),
-    #[error("the connection closed before the end of the response body")]
-    BodyCut,
-    #[error("no response head before the response timeout")]
-    TimedOut,
-    #[error("no more of the response body within the read timeout ({0:?})")]
-    ReadTimedOut(std::time::Duration),
-    #[error("no more of the client's request body within body_read_timeout ({0:?})")]
-    ClientBodyTimedOut(std::time::Duration),
-    #[error("101 Switching Protocols to a protocol the request did not offer")]
-    UnexpectedUpgrade,
-    #[error("reading the client's request body failed: {0}")]
-    ClientBody(#[source] Box<dyn std::error::Error + Send + Sync>),
-}
+/// The response head, and how its body is read; its fields as the client gets them.
+pub type ResponseHead = crate::http1::response_head::ResponseHead<UpstreamFields>;
 
-impl From<FramingError> for ExchangeError {
-    fn from(error: FramingError) -> ExchangeError {
-        match error {
-            FramingError::Framing(reason) => ExchangeError::Framing(reason),
-            FramingError::TrailersTooLarge => ExchangeError::HeadTooLarge,
-            FramingError::MalformedTrailers(error) => ExchangeError::MalformedHead(error),
-        }
-    }
-}
-
-impl ExchangeError {
-    /// True when the upstream closed or reset the connection before answering anything: on a
-    /// reused connection, most likely it closed it while idle and never saw the request.
-    pub fn is_close_before_answer(&self) -> bool {
-        match self {
-            ExchangeError::Closed => true,
-            ExchangeError::Io(error) => matches!(
-                error.kind(),
-                io::ErrorKind::ConnectionReset
-                    | io::ErrorKind::BrokenPipe
-                    | io::ErrorKind::ConnectionAborted
-            ),
-            _ => false,
-        }
-    }
-}
-
-/// The response head, and how its body is read.
-pub struct ResponseHead {
-    /// The status and version; its header map stays empty, the fields are in `fields`.
-    pub response: Response<()>,
-    pub fields: UpstreamFields,
-    pub framing: Framing,
-    /// The connection may carry another request once the body is read.
-    pub keep_alive: bool,
+/// The response head at the start of `buf`, taken off it once complete.
+#[inline]
+fn parse_head(
+    buf: &mut BytesMut,
+    head_request: bool,
+) -> Result<Option<ResponseHead>, ExchangeError> {
+    parse_response(buf, head_request, MAX_HEAD_BYTES)
 }
 
 /// True when the kernel holds nothing to read on `tcp` and the upstream has not closed it: a

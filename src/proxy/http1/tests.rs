@@ -69,3 +69,17 @@ async fn after_a_body_bytes_the_event_loop_has_not_seen_yet_close_the_connection
     }
     assert!(!connection.is_open());
 }
+
+/// The head parser's tests (`crate::http1::response_head`) keep fields of their own; this one
+/// reads into the client's own, as the client gets them.
+#[test]
+fn lines_ended_by_a_bare_lf_go_on_ended_by_crlf() {
+    let wire = b"HTTP/1.1 200 OK\nX-A:1\nx-b:  two  \ncontent-length: 0\n\n";
+    let head = parse_head(&mut BytesMut::from(&wire[..]), false)
+        .unwrap()
+        .unwrap();
+    let mut out = Vec::new();
+    head.fields
+        .write_lines(&mut out, &crate::added_fields::AddedFields::default());
+    assert_eq!(out, b"X-A: 1\r\nx-b: two\r\n");
+}

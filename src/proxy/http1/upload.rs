@@ -12,7 +12,8 @@ use tokio::io::AsyncWrite;
 
 use super::super::headers::SetFields;
 use super::super::upstream::{UpstreamBody, UpstreamHead};
-use super::{Connection, ExchangeError, encode_field, encode_head, hex};
+use super::{Connection, ExchangeError, encode_field, hex};
+use crate::http1::encode::encode_request_head;
 
 #[derive(Debug)]
 pub(super) enum Upload {
@@ -32,7 +33,8 @@ impl Connection {
         };
         self.write_buf.clear();
         self.written = 0;
-        encode_head(&mut self.write_buf, head, set, length);
+        let (method, target, fields) = (&head.method, &head.target, &head.fields);
+        encode_request_head(&mut self.write_buf, method, target, fields, set, length);
         self.flushed = false;
         self.chunked = matches!(length, Some(None));
         self.sent_body = length.is_some();

@@ -26,15 +26,12 @@ use crate::proxy::{self, ClientConnection, Runtime};
 use crate::respond::ResponseBody;
 
 mod closing;
-mod parse;
 mod reader;
-#[cfg(any(test, fuzzing))]
-pub use parse::{ReadRequest, read_for_fuzzing};
 #[cfg(test)]
 mod tests;
 mod write;
 
-use parse::{Arriving, BodyLength, Parsed, parse_request};
+use crate::http1::request_head::{Arriving, BodyLength, Parsed, parse_request};
 use reader::{Pumped, Reader};
 use write::{AnswerTo, WriteError, send_continue, write_response, write_watched};
 

@@ -11,8 +11,10 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::reader::{Pumped, Reader};
+use crate::canonical::ProxyRequest;
 use crate::fuzzing::request_head::{Compared, compare};
 use crate::http1::request_body::server_body;
+use crate::http1::request_head::{ReadRequest, read_for_fuzzing};
 
 /// Requests both servers read alike: method, target, version, fields and body bytes.
 const READ_ALIKE: &[&str] = &[
@@ -87,8 +89,8 @@ fn hand_picked_requests_are_read_as_hyper_reads_them() {
 #[test]
 fn chunked_applied_twice_is_a_framing_error_not_an_unknown_coding() {
     let bytes = b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n";
-    match super::read_for_fuzzing(bytes) {
-        super::ReadRequest::Refused(crate::http1::HeadError::Framing(reason)) => {
+    match read_for_fuzzing::<ProxyRequest>(bytes) {
+        ReadRequest::Refused(crate::http1::HeadError::Framing(reason)) => {
             assert_eq!(reason, "chunked applied more than once");
         }
         _ => panic!("not refused as framing"),

@@ -1,6 +1,6 @@
 //! A request's fields as the gateway reads them. hyper hands over a `HeaderMap`; the own
-//! HTTP/1.1 server (`server::http1`) leaves the fields where they arrived, in the request's
-//! head, and records their places. Building a map cost every proxied request a name lookup, a
+//! HTTP/1.1 server's head parser (`request_head`) leaves the fields where they arrived, in the
+//! request's head, and records their places. Building a map cost every proxied request a name lookup, a
 //! value check httparse had already made, a hash and an insert per field, and two allocations
 //! and their release (docs/PERFORMANCE.md, "Design decisions that keep it fast"). A lookup
 //! here walks the few places comparing names in any case, and the upstream head copies the

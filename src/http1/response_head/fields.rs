@@ -1,85 +1,61 @@
 //! A response head's fields, read in one pass: those that frame the body and decide the
-//! connection's fate, and the end-to-end ones the client gets (RFC 9110 §7.6.1). Their tests
-//! read whole heads, in `head`.
+//! connection's fate, and the end-to-end ones the recipient passes on (RFC 9110 §7.6.1). Their
+//! tests read whole heads, in `response_head`.
 
-use http::{StatusCode, Version};
+use http::StatusCode;
 use smallvec::SmallVec;
 
-use crate::http1::fields::is_visible_text;
+use super::ResponseFields;
+use crate::http1::connection::ConnectionOptions;
+use crate::http1::fields::{Role, is_visible_text, list_items, role};
 use crate::http1::framing::add_content_length;
-use crate::proxy::headers::{Role, list_items, role};
-use crate::upstream_fields::UpstreamFields;
 
-/// What the response's Connection fields say.
-#[derive(Default)]
-pub(super) struct ConnectionOptions<'h> {
-    close: bool,
-    keep_alive: bool,
-    /// Other options: names of fields meant for this connection only.
+pub(super) struct ReadFields<'h, F> {
+    pub(super) connection: ConnectionOptions,
+    /// Options of the Connection fields other than `close` and `keep-alive`: names of fields
+    /// meant for this connection only.
     listed: SmallVec<[&'h [u8]; 2]>,
-}
-
-impl<'h> ConnectionOptions<'h> {
-    fn add(&mut self, list: &'h [u8]) {
-        for option in list_items(list) {
-            if option.eq_ignore_ascii_case(b"close") {
-                self.close = true;
-            } else if option.eq_ignore_ascii_case(b"keep-alive") {
-                self.keep_alive = true;
-            } else if !option.is_empty() {
-                self.listed.push(option);
-            }
-        }
-    }
-
-    fn lists(&self, name: &[u8]) -> bool {
-        self.listed
-            .iter()
-            .any(|listed| listed.eq_ignore_ascii_case(name))
-    }
-
-    /// HTTP/1.1 keeps the connection unless told to close; HTTP/1.0 only when asked to keep
-    /// it.
-    pub(super) fn keeps_alive(&self, version: Version) -> bool {
-        if version == Version::HTTP_10 {
-            self.keep_alive
-        } else {
-            !self.close
-        }
-    }
-}
-
-pub(super) struct ReadFields<'h> {
-    pub(super) connection: ConnectionOptions<'h>,
     /// The last coding of the last Transfer-Encoding field, if any.
     pub(super) transfer_coding: Option<&'h [u8]>,
     /// Every Content-Length value, which must agree.
     pub(super) content_length: Result<Option<u64>, &'static str>,
     /// All but hop-by-hop and framing fields. A 101 keeps its Upgrade and says
     /// `Connection: upgrade`, as the tunnel needs.
-    pub(super) kept: UpstreamFields,
+    pub(super) kept: F,
 }
 
-impl<'h> ReadFields<'h> {
+impl<'h, F: ResponseFields> ReadFields<'h, F> {
     /// The `fields` of a response with `status`, which fill a head of `head_length` bytes.
     pub(super) fn of(
         status: StatusCode,
         fields: &[httparse::Header<'h>],
         head_length: usize,
-    ) -> ReadFields<'h> {
+    ) -> ReadFields<'h, F> {
         let upgrading = status == StatusCode::SWITCHING_PROTOCOLS;
+        // Whether a 101 kept an Upgrade field: none is taken out below (`retain` keeps them).
+        let mut kept_upgrade = false;
         let mut read = ReadFields {
             connection: ConnectionOptions::default(),
+            listed: SmallVec::new(),
             transfer_coding: None,
             content_length: Ok(None),
-            kept: UpstreamFields::with_capacity(head_length),
+            kept: F::with_capacity(head_length),
         };
         for field in fields {
             let name = field.name.as_bytes();
             match role(name) {
                 Role::EndToEnd | Role::Host | Role::Override => read.kept.push(name, field.value),
-                Role::Upgrade if upgrading => read.kept.push(name, field.value),
-                Role::Connection => read.connection.add(field.value),
+                Role::Upgrade if upgrading => {
+                    kept_upgrade = true;
+                    read.kept.push(name, field.value);
+                }
+                Role::Connection => {
+                    for option in list_items(field.value) {
+                        if !read.connection.note(option) && !option.is_empty() {
+                            read.listed.push(option);
+                        }
+                    }
+                }
                 Role::TransferEncoding => {
                     // A value that is not text (obs-text) holds no coding that can be named:
                     // not chunked, so only the close ends the body and nothing reuses the
@@ -95,18 +71,13 @@ impl<'h> ReadFields<'h> {
             }
         }
         // Rare: most responses list no field in Connection.
-        if !read.connection.listed.is_empty() {
-            let connection = &read.connection;
+        if !read.listed.is_empty() {
+            let listed = &read.listed;
+            let lists = |name: &[u8]| listed.iter().any(|l| l.eq_ignore_ascii_case(name));
             let upgrade = |name: &[u8]| upgrading && role(name) == Role::Upgrade;
-            read.kept
-                .retain(|name| upgrade(name) || !connection.lists(name));
+            read.kept.retain(|name| upgrade(name) || !lists(name));
         }
-        if upgrading
-            && read
-                .kept
-                .iter()
-                .any(|(name, _)| role(name) == Role::Upgrade)
-        {
+        if kept_upgrade {
             read.kept.push(b"connection", b"upgrade");
         }
         read

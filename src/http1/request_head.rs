@@ -1,6 +1,7 @@
-//! Reading a request head off the connection's buffer: the request line and fields
-//! (httparse, as hyper parses them), how the body is framed (RFC 9112 §6.3) and what the
-//! connection does after the request (RFC 9112 §9.3).
+//! Reading a request head off a connection's buffer: the request line and fields (httparse,
+//! as hyper parses them), how the body is framed (RFC 9112 §6.3) and what the connection does
+//! after the request (RFC 9112 §9.3). The request itself is the server's type, built from the
+//! head's parts where the head is parsed (`FromParts`).
 
 use std::mem::MaybeUninit;
 use std::ops::Range;
@@ -8,27 +9,34 @@ use std::ops::Range;
 use bytes::BytesMut;
 use http::{Method, Uri, Version};
 
-use crate::canonical::{ArrivingBody, ProxyRequest};
-use crate::http1::HeadError;
-use crate::http1::fields::{Role, list_items, role};
-use crate::http1::framing::{header_map, parse_decimal};
-use crate::request_fields::{FieldLines, RequestFields};
+use super::HeadError;
+use super::connection::ConnectionOptions;
+use super::fields::{Role, list_items, role};
+use super::framing::{header_map, parse_decimal};
+use super::request_fields::{FieldLines, RequestFields};
+
+/// What a server makes of a request head's parts: its request, with no body or upgrade yet.
+/// Built where the head is parsed and returned once, not built from a head type of its own:
+/// each move of a request is a copy of a few hundred bytes.
+pub trait FromParts {
+    fn from_parts(method: Method, uri: Uri, version: Version, fields: RequestFields) -> Self;
+}
 
 /// Most fields in a request head, as hyper allows.
-pub(super) const MAX_FIELDS: usize = 100;
+pub const MAX_FIELDS: usize = 100;
 
 /// How a request's body is delimited.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(super) enum BodyLength {
+pub enum BodyLength {
     None,
     Exactly(u64),
     Chunked,
 }
 
 /// A request head as read, and what it says about its body and its connection.
-pub(super) struct Arriving {
+pub struct Arriving<R> {
     /// The request, with no body or upgrade yet: the caller connects those.
-    pub request: ProxyRequest,
+    pub request: R,
     pub body: BodyLength,
     /// The client may send another request on the connection after this one.
     pub keep_alive: bool,
@@ -40,10 +48,10 @@ pub(super) struct Arriving {
     pub takes_trailers: bool,
 }
 
-// Returned once a request and matched at once: boxing the request would cost an allocation.
-#[expect(clippy::large_enum_variant)]
-pub(super) enum Parsed {
-    Request(Arriving),
+// Returned once a request and matched at once: the request is not boxed, though it is much
+// larger than the other variants (boxing it would cost an allocation).
+pub enum Parsed<R> {
+    Request(Arriving<R>),
     /// More bytes are needed.
     Partial,
     Refused(HeadError),
@@ -51,7 +59,7 @@ pub(super) enum Parsed {
 
 /// The request head at the start of `read`, split off it once complete. A head still
 /// incomplete at `max_head` bytes is refused.
-pub(super) fn parse_request(read: &mut BytesMut, max_head: usize) -> Parsed {
+pub fn parse_request<R: FromParts>(read: &mut BytesMut, max_head: usize) -> Parsed<R> {
     if read.is_empty() {
         return Parsed::Partial;
     }
@@ -97,14 +105,7 @@ pub(super) fn parse_request(read: &mut BytesMut, max_head: usize) -> Parsed {
         Some(map) => RequestFields::Map(map),
     };
     Parsed::Request(Arriving {
-        request: ProxyRequest {
-            method: parts.method,
-            uri,
-            version: parts.version,
-            fields,
-            upgrade: None,
-            body: ArrivingBody::None,
-        },
+        request: R::from_parts(parts.method, uri, parts.version, fields),
         body: framing.body,
         keep_alive: framing.keep_alive,
         expects_continue: framing.expects_continue,
@@ -174,8 +175,8 @@ fn read_fields(
     let mut fits_lines = true;
     let mut content_length = Ok(None);
     let mut codings: Option<Vec<&[u8]>> = None;
-    let (mut close, mut keep_alive_asked, mut expects_continue, mut asks_upgrade) =
-        (false, false, false, false);
+    let mut connection = ConnectionOptions::default();
+    let (mut expects_continue, mut asks_upgrade) = (false, false);
     let mut takes_trailers = false;
     for field in fields {
         let name = field.name.as_bytes();
@@ -185,12 +186,7 @@ fn read_fields(
             Role::TransferEncoding => codings
                 .get_or_insert_with(Vec::new)
                 .extend(list_items(field.value)),
-            Role::Connection => {
-                for option in list_items(field.value) {
-                    close |= option.eq_ignore_ascii_case(b"close");
-                    keep_alive_asked |= option.eq_ignore_ascii_case(b"keep-alive");
-                }
-            }
+            Role::Connection => connection.add(field.value),
             Role::Upgrade => asks_upgrade = true,
             Role::HopByHop if name.eq_ignore_ascii_case(b"te") => {
                 takes_trailers |=
@@ -204,13 +200,9 @@ fn read_fields(
         fits_lines = fits_lines && lines.push(head, name, field.value, role).is_some();
     }
     let body = body_length(codings.as_deref(), content_length, version)?;
-    let keep_alive = match version {
-        Version::HTTP_10 => keep_alive_asked && !close,
-        _ => !close,
-    };
     Ok(Framing {
         body,
-        keep_alive,
+        keep_alive: connection.keeps_alive(version),
         expects_continue: expects_continue
             && version == Version::HTTP_11
             && body != BodyLength::None,
@@ -282,18 +274,17 @@ fn body_length(
 /// A request as the server reads it from `bytes`, followed by the client's close: its head,
 /// then its body through the same framing: for the fuzz targets and the tests against hyper.
 #[cfg(any(test, fuzzing))]
-#[expect(clippy::large_enum_variant, reason = "made once per test input")]
-pub enum ReadRequest {
+pub enum ReadRequest<R> {
     /// The head and the body, `Err` when the body's framing is broken or it is cut short.
-    Request(crate::canonical::ProxyRequest, Result<Vec<u8>, String>),
+    Request(R, Result<Vec<u8>, String>),
     /// The head is not complete.
     Partial,
     Refused(HeadError),
 }
 
 #[cfg(any(test, fuzzing))]
-pub fn read_for_fuzzing(bytes: &[u8]) -> ReadRequest {
-    use crate::http1::framing::{Chunk, Framing, decode};
+pub fn read_for_fuzzing<R: FromParts>(bytes: &[u8]) -> ReadRequest<R> {
+    use super::framing::{Chunk, Framing, decode};
     let mut read = BytesMut::from(bytes);
     let arriving = match parse_request(&mut read, 64 * 1024) {
         Parsed::Request(arriving) => arriving,
@@ -320,3 +311,6 @@ pub fn read_for_fuzzing(bytes: &[u8]) -> ReadRequest {
     };
     ReadRequest::Request(arriving.request, outcome)
 }
+
+#[cfg(test)]
+mod tests;

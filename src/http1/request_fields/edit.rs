@@ -1,6 +1,6 @@
-//! What the canonical request step (`crate::canonical`) changes in a request's fields: Host
-//! taken out to be judged and written by the gateway, names with `_` dropped, and a field that
-//! must appear at most once told apart from one repeated.
+//! What the gateway's canonical request step changes in a request's fields: Host taken out to
+//! be judged and written by the gateway, names with `_` dropped, and a field that must appear
+//! at most once told apart from one repeated.
 
 use bytes::Bytes;
 use http::header::{COOKIE, HOST, TRANSFER_ENCODING};
@@ -151,7 +151,7 @@ impl RequestFields {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request_fields::tests::{lines_of, map_like};
+    use crate::http1::request_fields::tests::{lines_of, map_like};
 
     /// `pairs` as hyper's map and as the own server's lines.
     fn both(head: &str) -> [RequestFields; 2] {
