@@ -106,7 +106,10 @@ impl Connections {
     }
 
     /// Sends a request with `head` (Host set) and `body` to server `server`, reached at
-    /// `address` (scheme and authority), and reads the response head, all by `deadline`.
+    /// `address` (scheme and authority), and reads the response head, all by `deadline`. On
+    /// the most recent idle connection if there is one, and when the upstream closes that one
+    /// before answering, once more on a new connection if `may_resend` and the request may be
+    /// sent twice.
     // An `async move` block, not an `async fn`: see `proxy::handle`.
     pub fn send(
         &self,
@@ -115,17 +118,23 @@ impl Connections {
         (head, mut body): (UpstreamHead, UpstreamBody),
         set: SetFields,
         deadline: tokio::time::Instant,
+        may_resend: bool,
     ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> {
         let pool = self.idle_list(server);
-        let replayable = may_send_again(&head.method, &body, set.upgrade.is_some());
+        let replayable = may_resend && may_send_again(&head.method, &body, set.upgrade.is_some());
         let reusable = self.reuse_after_body || body.is_end_stream();
         let idle = reusable.then_some(pool);
         async move {
-            while let Some(mut connection) = pool.take_open() {
+            if let Some(mut connection) = pool.take_open() {
                 match connection.exchange(&head, &set, body, deadline).await {
                     Ok(answer) => return Ok(pooled(answer, connection, idle)),
+                    // Most likely the upstream closed it while idle and never saw the request.
+                    // But an upstream that closes connections on the requests it fails to
+                    // answer (a worker killed by its timeout) did see it: so it is sent once
+                    // more, on a new connection, never down the other idle ones, each of
+                    // which would run it again.
                     Err(error) if replayable && error.is_close_before_answer() => {
-                        tracing::debug!(%error, "pooled upstream connection was closed; sending again");
+                        tracing::debug!(%error, "pooled upstream connection was closed; sending again on a new one");
                         body = Either::Right(Empty::new());
                     }
                     Err(error) => return Err(error.into()),

@@ -75,7 +75,7 @@ pub fn forward<'r>(
         return FutureEither::Left(std::future::ready(Err(no_healthy_server(pool))));
     };
     *served_by = Some(&pool.servers[first].label);
-    let first_attempt = send(pool, first, (head, body), set, sent_at);
+    let first_attempt = send(pool, first, (head, body), set, (sent_at, true));
     FutureEither::Right(Attempts {
         first_attempt,
         second_attempt: None,
@@ -132,7 +132,8 @@ where
                     tracing::debug!(upstream = %pool.name, error = %error, "retrying on another server");
                     let (head, set) = *retry;
                     let body = Either::Right(Empty::new());
-                    let attempt = send(pool, second, (head, body), set, Instant::now());
+                    // No resend within it: a request is sent at most twice in all.
+                    let attempt = send(pool, second, (head, body), set, (Instant::now(), false));
                     *this.second_attempt = Some(Box::pin(attempt));
                 }
                 other => break other,
@@ -144,18 +145,18 @@ where
     }
 }
 
-/// One attempt on `server`, made at `sent_at`: the pool's exchange with its errors told apart
-/// for the client.
+/// One attempt on `server`, made at `sent_at`, that may send the request again on a new
+/// connection if `may_resend`: the pool's exchange with its errors told apart for the client.
 fn send(
     pool: &UpstreamPool,
     server: usize,
     request: (UpstreamHead, UpstreamBody),
     set: SetFields,
-    sent_at: Instant,
+    (sent_at, may_resend): (Instant, bool),
 ) -> impl Future<Output = Attempted> + Send {
     let in_flight = pool.begin(server);
     let deadline = tokio::time::Instant::from_std(sent_at) + pool.response_timeout;
-    pool.send(server, request, set, deadline)
+    pool.send(server, request, set, deadline, may_resend)
         .map(move |result| {
             drop(in_flight);
             let counters = &pool.client_deadlines.counters;

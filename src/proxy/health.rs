@@ -175,7 +175,7 @@ async fn probe(pool: &UpstreamPool, server: usize, check: &HealthCheck) -> bool 
     let deadline = tokio::time::Instant::now() + check.timeout;
     let exchange = async {
         let response = pool
-            .send(server, request, SetFields::default(), deadline)
+            .send(server, request, SetFields::default(), deadline, true)
             .await
             .ok()?;
         let passed = response.status().is_success();

@@ -229,13 +229,14 @@ impl UpstreamPool {
         request: (UpstreamHead, UpstreamBody),
         mut set: SetFields,
         deadline: tokio::time::Instant,
+        may_resend: bool,
     ) -> impl Future<Output = Result<Response<PooledBody>, SendError>> + '_ {
         let target = &self.servers[server];
         if set.host.is_none() {
             set.host = Some(target.host.clone());
         }
         self.connections
-            .send(server, &target.address, request, set, deadline)
+            .send(server, &target.address, request, set, deadline, may_resend)
     }
 
     /// Counts a request against `server` until the returned guard is dropped.

@@ -15,7 +15,9 @@ async fn exchange(pool: &UpstreamPool) {
     let head = UpstreamHead::get("/");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     let request = (head, Either::Right(Empty::new()));
-    let response = pool.send(0, request, SetFields::default(), deadline).await;
+    let response = pool
+        .send(0, request, SetFields::default(), deadline, true)
+        .await;
     let body = response.unwrap().into_body().collect().await.unwrap();
     assert!(!body.to_bytes().is_empty());
 }
