@@ -116,6 +116,9 @@ impl RequestFacts<'_> {
         Ok(Some(match part {
             KeyPart::Ip => PartValue::Ip(self.client_ip),
             KeyPart::Route => text(self.route.as_bytes()),
+            // HEAD is counted as GET, as routes match it: frameworks run the GET handler for
+            // it, so alternating the two must not double what a `method` key allows.
+            KeyPart::Method if *self.method == Method::HEAD => text(b"GET"),
             KeyPart::Method => text(self.method.as_str().as_bytes()),
             KeyPart::Host => match self.host {
                 Some(host) => text(host),

@@ -193,3 +193,18 @@ fn quoted_cookies_empty_headers_and_paths_in_any_case_have_one_value() {
     f.path_in_any_case = true;
     assert_eq!(text(f.value(&KeyPart::Path)), Some("/v1/search".into()));
 }
+
+#[test]
+fn head_is_counted_as_get_and_other_methods_as_sent() {
+    let fields = crate::http1::request_fields::tests::lines_of(b"GET / HTTP/1.1\r\n\r\n");
+    for (method, counted) in [
+        (Method::GET, "GET"),
+        (Method::HEAD, "GET"),
+        (Method::POST, "POST"),
+        (Method::OPTIONS, "OPTIONS"),
+    ] {
+        let mut f = facts(&fields, None);
+        f.method = &method;
+        assert_eq!(text(f.value(&KeyPart::Method)), Some(counted.into()));
+    }
+}
