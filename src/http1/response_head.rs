@@ -82,6 +82,9 @@ pub fn parse_response<F: ResponseFields, E: From<ResponseHeadError>>(
     };
     let status = parsed
         .code
+        // RFC 9110 §15: 100 to 599; a client treats others as a server error, so the client
+        // gets a 502 rather than a status it cannot read (hyper passes 600 to 999 on).
+        .filter(|code| *code <= 599)
         .and_then(|code| StatusCode::from_u16(code).ok())
         .ok_or(ResponseHeadError::Framing("status code out of range"))?;
     let version = match parsed.version {
@@ -143,6 +146,13 @@ fn response_framing<F>(
         if response.version() == Version::HTTP_10 {
             return Err(ResponseHeadError::Framing(
                 "Transfer-Encoding in an HTTP/1.0 response",
+            ));
+        }
+        // Only chunked is decoded here; a body under another coding (gzip, chunked) would
+        // reach the client as if it had none, so it is refused (hyper passes it on).
+        if read.other_coding {
+            return Err(ResponseHeadError::Framing(
+                "a transfer coding other than chunked",
             ));
         }
         return Ok(if coding.eq_ignore_ascii_case(b"chunked") {

@@ -17,6 +17,8 @@ pub(super) struct ReadFields<'h, F> {
     listed: SmallVec<[&'h [u8]; 2]>,
     /// The last coding of the last Transfer-Encoding field, if any.
     pub(super) transfer_coding: Option<&'h [u8]>,
+    /// A Transfer-Encoding field names a coding other than chunked (or the obsolete identity).
+    pub(super) other_coding: bool,
     /// Every Content-Length value, which must agree.
     pub(super) content_length: Result<Option<u64>, &'static str>,
     /// All but hop-by-hop and framing fields. A 101 keeps its Upgrade and says
@@ -38,6 +40,7 @@ impl<'h, F: ResponseFields> ReadFields<'h, F> {
             connection: ConnectionOptions::default(),
             listed: SmallVec::new(),
             transfer_coding: None,
+            other_coding: false,
             content_length: Ok(None),
             kept: F::with_capacity(head_length),
         };
@@ -65,6 +68,11 @@ impl<'h, F: ResponseFields> ReadFields<'h, F> {
                         false => &[],
                     };
                     read.transfer_coding = Some(last.trim_ascii());
+                    read.other_coding |= list_items(field.value).any(|coding| {
+                        !coding.is_empty()
+                            && !coding.eq_ignore_ascii_case(b"chunked")
+                            && !coding.eq_ignore_ascii_case(b"identity")
+                    });
                 }
                 Role::ContentLength => add_content_length(&mut read.content_length, field.value),
                 Role::Upgrade | Role::HopByHop => {}
