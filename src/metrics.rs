@@ -5,11 +5,14 @@
 
 use std::sync::{Arc, OnceLock};
 
+mod exposition;
 mod labels;
+mod process;
 #[cfg(test)]
 mod tests;
 mod timeouts;
 
+pub use exposition::Exposition;
 pub use labels::{
     BackendKind, BackendLabel, DecisionLabel, LabelText, LimitDecisionLabels, NodeLabel,
     ResultLabel, RouteCode, RouteLabel, UpstreamCode, UpstreamLabel, UpstreamServerLabels,
@@ -160,6 +163,7 @@ impl Metrics {
             "Deadlines that fired, by kind (the README's timeout table)",
             timeouts,
         );
+        process::register(&mut metrics.registry);
         metrics
     }
 
@@ -238,13 +242,21 @@ impl Metrics {
         );
     }
 
-    /// The Prometheus text exposition.
+    /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut text = String::new();
         if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
             text.clear();
         }
         text
+    }
+
+    /// The exposition in `format` (see `Exposition::negotiate`).
+    pub fn encode_as(&self, format: Exposition) -> String {
+        match format {
+            Exposition::OpenMetrics => self.encode(),
+            Exposition::Classic => exposition::classic_from_openmetrics(&self.encode()),
+        }
     }
 
     /// The handles of one route's series, fetched once per runtime.

@@ -5,6 +5,7 @@
 pub mod fleet;
 pub mod recording;
 pub mod redis_server;
+pub mod scrape;
 
 use std::convert::Infallible;
 use std::future::Future;
