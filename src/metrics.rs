@@ -156,6 +156,13 @@ impl Metrics {
             limited: HeavyHitters::default(),
             timeouts: TimeoutCounters::of(&timeouts),
         };
+        // Series an alert watches start at 0: one that appears at its first count has no
+        // `increase` for it.
+        for result in ["success", "failure"] {
+            let _ = metrics
+                .config_reloads
+                .get_or_create(&ResultLabel { result });
+        }
         metrics.register_answers();
         metrics.register_upstreams_and_store();
         metrics.registry.register(
@@ -293,6 +300,15 @@ impl Metrics {
         self.store_duration
             .get_or_create(&BackendLabel { backend })
             .clone()
+    }
+
+    /// Makes the `rlp_store_errors_total` series of `backend`, at 0, one per `kinds`.
+    pub fn zero_store_errors(&self, backend: &'static str, kinds: &[&'static str]) {
+        for &kind in kinds {
+            let _ = self
+                .store_errors
+                .get_or_create(&BackendKind { backend, kind });
+        }
     }
 
     /// The counters of one limit's common decisions, fetched once per runtime.

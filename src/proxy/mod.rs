@@ -36,7 +36,7 @@ use crate::request_id::{self, RequestId};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::{Route, Router};
 use crate::store::memory::MemoryStore;
-use crate::store::redis::RedisStore;
+use crate::store::redis::{RedisStore, StoreError};
 use admit::Admission;
 use headers::Forwarded;
 use prometheus_client::metrics::histogram::Histogram;
@@ -110,6 +110,9 @@ impl Runtime {
             stores,
         );
         let store_latency = metrics.store_latency(limiter.backend());
+        if limiter.stores().redis.is_some() {
+            metrics.zero_store_errors(limiter.backend(), &StoreError::KINDS);
+        }
         let previous_edge = previous.and_then(|p| p.edge.as_ref());
         Ok(Runtime {
             canonical: canonical_policy(config),
