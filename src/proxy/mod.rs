@@ -27,7 +27,7 @@ use crate::canonical::ProxyRequest;
 use crate::canonical::{self, Host, Request, TrailerFilter};
 use crate::client_ip::ClientIpPolicy;
 use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, ResponseStyle};
+use crate::config::{Config, DeniedLines, ResponseStyle};
 use crate::edge::EdgeLayer;
 use crate::limit::key::KeyPart;
 use crate::limit::limiter::{Limiter, Stores};
@@ -56,6 +56,8 @@ pub struct Runtime {
     pub response: ResponseStyle,
     /// `[log] access`: one line per request.
     pub access_log: bool,
+    /// `[log] denied`: which of the refused requests' lines.
+    pub denied_lines: DeniedLines,
     pub clock: Arc<dyn Clock>,
     /// Shared by every runtime of a gateway, across reloads.
     pub metrics: Arc<Metrics>,
@@ -127,6 +129,7 @@ impl Runtime {
             limiter,
             response: config.response.clone(),
             access_log: config.log.access,
+            denied_lines: config.log.denied,
             clock,
             route_metrics: config
                 .routes
