@@ -2,6 +2,7 @@
 //! scripted handler, and a small HTTP client.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod fleet;
 pub mod recording;
 pub mod redis_server;
