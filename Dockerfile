@@ -15,7 +15,10 @@ RUN case "$PGO" in \
       *) echo "PGO is \"$PGO\": expected 1 (profile-guided build) or 0 (plain release build)" >&2; exit 1 ;; \
     esac
 WORKDIR /src
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
+# The commit in rlp_build_info: the build context has no .git, so build.rs says "unknown"
+# unless given (`--build-arg RLP_GIT_COMMIT=$(git rev-parse --short=12 HEAD)`).
+ARG RLP_GIT_COMMIT
 COPY src ./src
 COPY benches ./benches
 RUN if [ "$PGO" = 1 ]; then benches/pgo.sh && cp target/pgo/ratelimit-proxy /ratelimit-proxy; \

@@ -7,6 +7,7 @@
 
 pub mod added_fields;
 pub mod body;
+pub mod build_info;
 pub mod canonical;
 pub mod client_ip;
 pub mod clock;

@@ -5,11 +5,14 @@
 
 use std::sync::{Arc, OnceLock};
 
+mod exposition;
 mod labels;
+mod process;
 #[cfg(test)]
 mod tests;
 mod timeouts;
 
+pub use exposition::Exposition;
 pub use labels::{
     BackendKind, BackendLabel, DecisionLabel, LabelText, LimitDecisionLabels, NodeLabel,
     ResultLabel, RouteCode, RouteLabel, UpstreamCode, UpstreamLabel, UpstreamServerLabels,
@@ -153,6 +156,13 @@ impl Metrics {
             limited: HeavyHitters::default(),
             timeouts: TimeoutCounters::of(&timeouts),
         };
+        // Series an alert watches start at 0: one that appears at its first count has no
+        // `increase` for it.
+        for result in ["success", "failure"] {
+            let _ = metrics
+                .config_reloads
+                .get_or_create(&ResultLabel { result });
+        }
         metrics.register_answers();
         metrics.register_upstreams_and_store();
         metrics.registry.register(
@@ -160,6 +170,7 @@ impl Metrics {
             "Deadlines that fired, by kind (the README's timeout table)",
             timeouts,
         );
+        process::register(&mut metrics.registry);
         metrics
     }
 
@@ -238,13 +249,21 @@ impl Metrics {
         );
     }
 
-    /// The Prometheus text exposition.
+    /// The OpenMetrics text exposition.
     pub fn encode(&self) -> String {
         let mut text = String::new();
         if prometheus_client::encoding::text::encode(&mut text, &self.registry).is_err() {
             text.clear();
         }
         text
+    }
+
+    /// The exposition in `format` (see `Exposition::negotiate`).
+    pub fn encode_as(&self, format: Exposition) -> String {
+        match format {
+            Exposition::OpenMetrics => self.encode(),
+            Exposition::Classic => exposition::classic_from_openmetrics(&self.encode()),
+        }
     }
 
     /// The handles of one route's series, fetched once per runtime.
@@ -281,6 +300,15 @@ impl Metrics {
         self.store_duration
             .get_or_create(&BackendLabel { backend })
             .clone()
+    }
+
+    /// Makes the `rlp_store_errors_total` series of `backend`, at 0, one per `kinds`.
+    pub fn zero_store_errors(&self, backend: &'static str, kinds: &[&'static str]) {
+        for &kind in kinds {
+            let _ = self
+                .store_errors
+                .get_or_create(&BackendKind { backend, kind });
+        }
     }
 
     /// The counters of one limit's common decisions, fetched once per runtime.

@@ -166,6 +166,21 @@ pub struct RouteConfig {
 pub struct LogConfig {
     pub json: bool,
     pub access: bool,
+    /// Which access lines of refused requests are written (`denied`).
+    pub denied: DeniedLines,
+}
+
+/// `[log] denied`: the access lines of requests the edge or a limit refused. A flood of 429s
+/// writes a line each by default, which can cost more than answering them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DeniedLines {
+    /// `"all"`: every one.
+    #[default]
+    All,
+    /// `"none"`: none.
+    Skip,
+    /// `"1/N"`: the first and then every Nth, counted per worker thread.
+    OneIn(std::num::NonZeroU32),
 }
 
 /// `[store]`: where limit state lives.

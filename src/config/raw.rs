@@ -170,6 +170,7 @@ pub struct RawStore {
 pub struct RawLog {
     pub format: Option<String>,
     pub access: Option<bool>,
+    pub denied: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,12 +2,13 @@
 //! client's side of every exchange.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use super::problems::{Problems, echo};
 use super::raw::{RawLog, RawServer};
 use super::requests;
-use super::{LogConfig, ServerConfig};
+use super::{DeniedLines, LogConfig, ServerConfig};
 
 pub(super) fn log_config(raw: Option<&RawLog>, problems: &mut Problems) -> LogConfig {
     let Some(raw) = raw else {
@@ -27,6 +28,32 @@ pub(super) fn log_config(raw: Option<&RawLog>, problems: &mut Problems) -> LogCo
     LogConfig {
         json,
         access: raw.access.unwrap_or(false),
+        denied: raw.denied.as_deref().map_or(DeniedLines::All, |text| {
+            denied_lines(text).unwrap_or_else(|| {
+                let expected = format!("expected \"all\", \"none\" or \"1/N\" (one line in N, N from 1 to {MAX_DENIED_SAMPLE})");
+                problems.push("log.denied", format!("{expected}, got {}", echo(text)));
+                DeniedLines::All
+            })
+        }),
+    }
+}
+
+/// The largest N of `denied = "1/N"`.
+const MAX_DENIED_SAMPLE: u32 = 1_000_000;
+
+/// `"all"`, `"none"` or `"1/N"` (`"1/1"` is all).
+fn denied_lines(text: &str) -> Option<DeniedLines> {
+    match text {
+        "all" => Some(DeniedLines::All),
+        "none" => Some(DeniedLines::Skip),
+        _ => {
+            let one_in: u32 = text.strip_prefix("1/")?.parse().ok()?;
+            match NonZeroU32::new(one_in)? {
+                n if n.get() > MAX_DENIED_SAMPLE => None,
+                n if n.get() == 1 => Some(DeniedLines::All),
+                n => Some(DeniedLines::OneIn(n)),
+            }
+        }
     }
 }
 

@@ -27,7 +27,7 @@ use crate::canonical::ProxyRequest;
 use crate::canonical::{self, Host, Request, TrailerFilter};
 use crate::client_ip::ClientIpPolicy;
 use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, ResponseStyle};
+use crate::config::{Config, DeniedLines, ResponseStyle};
 use crate::edge::EdgeLayer;
 use crate::limit::key::KeyPart;
 use crate::limit::limiter::{Limiter, Stores};
@@ -36,7 +36,7 @@ use crate::request_id::{self, RequestId};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::{Route, Router};
 use crate::store::memory::MemoryStore;
-use crate::store::redis::RedisStore;
+use crate::store::redis::{RedisStore, StoreError};
 use admit::Admission;
 use headers::Forwarded;
 use prometheus_client::metrics::histogram::Histogram;
@@ -56,6 +56,8 @@ pub struct Runtime {
     pub response: ResponseStyle,
     /// `[log] access`: one line per request.
     pub access_log: bool,
+    /// `[log] denied`: which of the refused requests' lines.
+    pub denied_lines: DeniedLines,
     pub clock: Arc<dyn Clock>,
     /// Shared by every runtime of a gateway, across reloads.
     pub metrics: Arc<Metrics>,
@@ -110,6 +112,9 @@ impl Runtime {
             stores,
         );
         let store_latency = metrics.store_latency(limiter.backend());
+        if limiter.stores().redis.is_some() {
+            metrics.zero_store_errors(limiter.backend(), &StoreError::KINDS);
+        }
         let previous_edge = previous.and_then(|p| p.edge.as_ref());
         Ok(Runtime {
             canonical: canonical_policy(config),
@@ -124,6 +129,7 @@ impl Runtime {
             limiter,
             response: config.response.clone(),
             access_log: config.log.access,
+            denied_lines: config.log.denied,
             clock,
             route_metrics: config
                 .routes

@@ -3,6 +3,8 @@
 //! verdict, what the limits decided, the store call) rather than counting as it goes;
 //! `admission` counts it here, next to the access line.
 
+mod denied;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -120,7 +122,10 @@ impl<'r> RequestLog<'r> {
         }
         self.record_admission();
         self.recorded = true;
-        if let Some((method, path)) = self.line.take() {
+        let refused = self.refused_by.is_some();
+        if let Some((method, path)) = self.line.take()
+            && (!refused || denied::write_line(runtime.denied_lines))
+        {
             tracing::info!(
                 target: "access",
                 request_id = request_id.as_str(),

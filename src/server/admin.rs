@@ -1,8 +1,8 @@
 //! The admin listener (loopback by default, never the proxy listeners): `/healthz` (process
 //! alive), `/readyz` (serving; with `[store] ready_requires_redis`, once every worker has
-//! reached Redis; 503 while draining), `/metrics` (Prometheus text) and `/config` (the
-//! effective config as JSON, secrets redacted, with its version and load time). It keeps
-//! answering through a shutdown's drain and stops when serving ends.
+//! reached Redis; 503 while draining), `/metrics` (Prometheus text, or OpenMetrics when asked)
+//! and `/config` (the effective config as JSON, secrets redacted, with its version and load
+//! time). It keeps answering through a shutdown's drain and stops when serving ends.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use super::reload::Generation;
-use crate::metrics::{LabelText, Metrics, NodeLabel, UpstreamServerLabels};
+use crate::metrics::{Exposition, LabelText, Metrics, NodeLabel, UpstreamServerLabels};
 use crate::proxy::Runtime;
 
 #[derive(Clone)]
@@ -84,11 +84,10 @@ fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Byte
         "/readyz" => readiness(state),
         "/metrics" => {
             refresh_gauges(state);
-            text(
-                StatusCode::OK,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                state.metrics.encode(),
-            )
+            let accept = request.headers().get(header::ACCEPT);
+            let format = Exposition::negotiate(accept.and_then(|value| value.to_str().ok()));
+            let body = state.metrics.encode_as(format);
+            text(StatusCode::OK, format.content_type(), body)
         }
         "/debug/limited" => {
             let top: Vec<serde_json::Value> = state

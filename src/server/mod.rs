@@ -10,6 +10,7 @@
 
 mod accept;
 mod admin;
+mod announce;
 mod connection;
 mod drain;
 mod http1;
@@ -185,10 +186,13 @@ impl Gateway {
         let admin_stop = CancellationToken::new();
         let _admin_stop_when_done = admin_stop.clone().drop_guard();
         let draining = Arc::new(AtomicBool::new(false));
+        let listening = announce::Listening {
+            proxy: (self.listeners.iter())
+                .filter_map(|l| Some((l.socket.local_addr().ok()?, l.tls.is_some())))
+                .collect(),
+            admin: self.admin_addr(),
+        };
         if let Some(listener) = self.admin {
-            if let Ok(addr) = listener.local_addr() {
-                tracing::info!(admin = %addr, "admin listening");
-            }
             let state = AdminState {
                 runtime: self.runtime.clone(),
                 generation: self.generation.clone(),
@@ -209,13 +213,9 @@ impl Gateway {
             connections: TaskTracker::new(),
             stop: stop.clone(),
         };
-        for listener in &self.listeners {
-            if let Ok(addr) = listener.socket.local_addr() {
-                tracing::info!(%addr, tls = listener.tls.is_some(), "listening");
-            }
-        }
         let workers = Workers::start(&self.listeners, &serving, self.config.server.workers)?;
         let accepting = serving.accept_on_this_thread(self.listeners)?;
+        listening.log(&self.config);
         shutdown.await;
         let started = Instant::now();
         draining.store(true, Ordering::Release);

@@ -2,9 +2,11 @@
 //! scripted handler, and a small HTTP client.
 #![allow(dead_code)]
 
+pub mod binary;
 pub mod fleet;
 pub mod recording;
 pub mod redis_server;
+pub mod scrape;
 
 use std::convert::Infallible;
 use std::future::Future;

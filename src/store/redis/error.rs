@@ -19,6 +19,16 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Every `kind`, so that a Redis store's error series start at 0: a series that appears at
+    /// its first error shows no `rate` or `increase` for it.
+    pub const KINDS: [&'static str; 5] = [
+        "timeout",
+        "breaker_open",
+        "connection",
+        "server",
+        "protocol",
+    ];
+
     /// The `kind` label of `rlp_store_errors_total`.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -36,5 +46,25 @@ impl StoreError {
             StoreError::BreakerOpen { retry_in } => *retry_in,
             _ => BREAKER_OPEN_FOR,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_is_listed() {
+        let errors = [
+            StoreError::Timeout(Duration::ZERO),
+            StoreError::BreakerOpen {
+                retry_in: Duration::ZERO,
+            },
+            StoreError::Connection(String::new()),
+            StoreError::Server(String::new()),
+            StoreError::Protocol(String::new()),
+        ];
+        let kinds: Vec<&str> = errors.iter().map(StoreError::kind).collect();
+        assert_eq!(kinds, StoreError::KINDS);
     }
 }
