@@ -1,11 +1,17 @@
-//! Writing HTTP/1 heads: field lines, chunk sizes, and the request head a client sends
-//! upstream.
+//! Writing HTTP/1 heads: field lines, chunk sizes, the request head a client sends upstream,
+//! and the response head a server sends (`response.rs`).
 
 use http::Method;
 use http::uri::PathAndQuery;
 
 use super::fields::{Role, role};
+
+mod response;
+
 use super::request_fields::RequestFields;
+pub use response::{
+    ResponseHeadFields, ResponseLength, encode_length, encode_response_head, response_length,
+};
 
 /// The fields a client sets on a request it sends, written around the request's own: Host
 /// first, the rest after them. The request's own fields these replace are left out.

@@ -20,7 +20,10 @@ use crate::upstream_fields::UpstreamFields;
 mod head;
 mod watched;
 
-use head::{Fields, Length, body_length, encode_head};
+use crate::http1::encode::{
+    ResponseLength as Length, encode_response_head as encode_head, response_length as body_length,
+};
+use head::Fields;
 pub(super) use watched::{send_continue, write_watched};
 
 /// A response's bytes are gathered up to this much before a write.

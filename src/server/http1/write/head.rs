@@ -1,49 +1,14 @@
-//! A response head: the status line, the response's fields, the gateway's added fields, the
-//! framing and `Date`.
+//! A response's fields for its head, from wherever they are kept: the header map, what the
+//! body sets, an upstream's fields and the gateway's added fields. The head itself is written
+//! by `crate::http1::encode::encode_response_head`.
 
+use http::HeaderMap;
 use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
-use http::{HeaderMap, StatusCode};
-use http_body::Body;
 
 use super::OutgoingBody;
 use crate::added_fields::AddedFields;
-use crate::http1::encode::encode_field;
+use crate::http1::encode::{ResponseHeadFields, encode_field, encode_length};
 use crate::upstream_fields::UpstreamFields;
-
-/// How a response's body is delimited.
-#[derive(Clone, Copy, PartialEq, Debug)]
-pub(super) enum Length {
-    /// 1xx, 204, 304: no body.
-    None,
-    Exactly(u64),
-    Chunked,
-    /// To an HTTP/1.0 client, a body of unknown length ends when the connection closes.
-    UntilClose,
-    /// An answer to `HEAD` made here: the Content-Length GET's answer would have, and no body.
-    Described(u64),
-}
-
-/// As hyper decides it: a valid `Content-Length` field, else the body's exact size, else
-/// chunked; none for statuses that have no body.
-pub(super) fn body_length(status: StatusCode, headers: &HeaderMap, body: &impl Body) -> Length {
-    if status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED
-    {
-        return Length::None;
-    }
-    let mut fields = headers.get_all(CONTENT_LENGTH).iter();
-    let declared = match (fields.next(), fields.next()) {
-        (Some(value), None) => std::str::from_utf8(value.as_bytes())
-            .ok()
-            .and_then(|text| text.parse::<u64>().ok()),
-        _ => None,
-    };
-    match declared.or_else(|| body.size_hint().exact()) {
-        Some(n) => Length::Exactly(n),
-        None => Length::Chunked,
-    }
-}
 
 /// A response's fields, from wherever they are kept.
 pub(super) struct Fields<'a> {
@@ -56,48 +21,6 @@ pub(super) struct Fields<'a> {
     pub(super) added: &'a AddedFields,
 }
 
-/// The status line; the response's fields less its framing, its `Connection` and those the
-/// added fields replace; a generated body's content type; the framing; the added fields;
-/// `Date` unless the response has one; and `Connection: close` when the connection closes
-/// after it (`keep-alive` when it stays open for an HTTP/1.0 client, RFC 9112 §9.3).
-pub(super) fn encode_head(
-    out: &mut Vec<u8>,
-    status: StatusCode,
-    fields: &Fields<'_>,
-    length: Length,
-    (keep_alive, http10): (bool, bool),
-) {
-    // An HTTP/1.0 client is answered in its own version, as hyper answers it (RFC 9110 §6.2
-    // allows either).
-    out.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(status.canonical_reason().unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
-    // A bodiless status keeps a Content-Length (a 304's describes what it stands for) except
-    // a 204.
-    let keeps_length = length == Length::None && status != StatusCode::NO_CONTENT;
-    let has_date = fields.encode(out, keeps_length);
-    if let Some(content_type) = fields.content_type {
-        encode_field(out, "content-type", content_type.as_bytes());
-    }
-    match length {
-        Length::Exactly(n) | Length::Described(n) => encode_length(out, n),
-        Length::Chunked => encode_field(out, "transfer-encoding", b"chunked"),
-        Length::None | Length::UntilClose => {}
-    }
-    out.extend_from_slice(fields.added.lines());
-    if !has_date {
-        date::with_now(|date| encode_field(out, "date", date));
-    }
-    if !keep_alive {
-        encode_field(out, "connection", b"close");
-    } else if http10 {
-        encode_field(out, "connection", b"keep-alive");
-    }
-    out.extend_from_slice(b"\r\n");
-}
-
 impl<'a> Fields<'a> {
     /// A response's fields: its header map's and what its body holds.
     pub(super) fn of(headers: &'a HeaderMap, body: &'a impl OutgoingBody) -> Fields<'a> {
@@ -108,13 +31,14 @@ impl<'a> Fields<'a> {
             added: body.added(),
         }
     }
+}
 
-    /// Writes the response's own and upstream fields, less the framing, `Connection`, a
-    /// `Content-Type` the body sets and those the added fields replace (a kept Content-Length
-    /// only when `keeps_length`); true when one was a `Date`.
-    fn encode(&self, out: &mut Vec<u8>, keeps_length: bool) -> bool {
+impl ResponseHeadFields for Fields<'_> {
+    /// The response's own and upstream fields, less the framing, `Connection`, a
+    /// `Content-Type` the body sets and those the added fields replace.
+    fn encode_fields(&self, out: &mut Vec<u8>, keeps_length: bool) -> bool {
         for (name, value) in self.own {
-            // The framing is written by `encode_head`, `Connection` by this server.
+            // The framing and `Connection` are written by `encode_response_head`.
             let kept = if name == TRANSFER_ENCODING || name == CONNECTION {
                 false
             } else if name == CONTENT_TYPE {
@@ -138,37 +62,13 @@ impl<'a> Fields<'a> {
         }
         has_date
     }
-}
 
-fn encode_length(out: &mut Vec<u8>, length: u64) {
-    encode_field(
-        out,
-        "content-length",
-        itoa::Buffer::new().format(length).as_bytes(),
-    );
-}
-
-/// The `Date` field, formatted once a second per thread.
-mod date {
-    use std::cell::RefCell;
-    use std::io::Write;
-    use std::time::{SystemTime, UNIX_EPOCH};
-
-    thread_local! {
-        static CACHED: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
+    fn content_type(&self) -> Option<&'static str> {
+        self.content_type
     }
 
-    pub fn with_now(write: impl FnOnce(&[u8])) {
-        let now = SystemTime::now();
-        let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        CACHED.with(|cached| {
-            let mut cached = cached.borrow_mut();
-            if cached.0 != second {
-                cached.1.clear();
-                let _ = write!(cached.1, "{}", httpdate::HttpDate::from(now));
-                cached.0 = second;
-            }
-            write(&cached.1);
-        });
+    /// The gateway's added fields.
+    fn lines_after_framing(&self) -> &[u8] {
+        self.added.lines()
     }
 }
