@@ -47,6 +47,8 @@ LABEL org.opencontainers.image.title="ratelimit-proxy" \
       org.opencontainers.image.source="${RLP_SOURCE}"
 COPY --from=build /ratelimit-proxy /usr/local/bin/ratelimit-proxy
 COPY contrib/container/gw.toml /etc/ratelimit-proxy/gw.toml
+COPY LICENSE /usr/share/doc/ratelimit-proxy/LICENSE
+COPY NOTICE /usr/share/doc/ratelimit-proxy/NOTICE
 USER 10001
 # 8080: the proxy. 9090: the admin listener (/healthz /readyz /metrics /config), for probes;
 # publish it to your own network only.
