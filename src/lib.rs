@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod added_fields;
+pub mod admin_probe;
 pub mod body;
 pub mod build_info;
 pub mod canonical;

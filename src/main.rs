@@ -13,7 +13,7 @@ use tracing_subscriber::EnvFilter;
 
 /// An edge reverse proxy that sheds abusive traffic before it reaches an API.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version = ratelimit_proxy::build_info::VERSION_AND_COMMIT, about)]
 struct Cli {
     /// The config file to serve (or check).
     #[arg(long, short, global = true, value_name = "FILE")]
@@ -24,12 +24,29 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Validate the config and exit 0 (valid) or 1 (invalid), binding nothing.
-    Check,
+    /// Validate the config and exit 0 (valid) or 1 (invalid), binding nothing; print its
+    /// safety warnings.
+    Check {
+        /// Exit 1 when there are warnings too.
+        #[arg(long)]
+        strict: bool,
+    },
     /// Serve a built-in config in front of a built-in echo upstream on loopback.
     Demo {
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        /// Also serve the admin endpoints (/healthz, /metrics, /config ...) here.
+        #[arg(long, value_name = "IP:PORT")]
+        admin: Option<SocketAddr>,
+    },
+    /// Exit 0 when a running gateway's admin listener answers GET /healthz with 200 within
+    /// the timeout, else 1: the admin address is --admin, else `[admin] listen` of --config,
+    /// else 127.0.0.1:9090.
+    Health {
+        #[arg(long, value_name = "IP:PORT")]
+        admin: Option<SocketAddr>,
+        #[arg(long, default_value = "2s", value_parser = ratelimit_proxy::config::parse_duration)]
+        timeout: std::time::Duration,
     },
     /// Run only the echo upstream (used by the load scripts under benches/).
     #[command(hide = true)]
@@ -42,7 +59,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Check) => check(cli.config),
+        Some(Command::Check { strict }) => check(cli.config, strict),
+        Some(Command::Health { admin, timeout }) => health(admin, cli.config, timeout),
+        Some(Command::Demo { .. }) if cli.config.is_some() => Err(anyhow::anyhow!(
+            "demo serves its own built-in config and takes no --config: serve yours with `ratelimit-proxy --config FILE`"
+        )),
         command => run_async(command, cli.config),
     };
     match result {
@@ -69,12 +90,21 @@ fn init_logging(json: bool) {
     }
 }
 
-fn check(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+fn check(config: Option<PathBuf>, strict: bool) -> anyhow::Result<ExitCode> {
     let path = config.context("check needs --config FILE")?;
     match ratelimit_proxy::config::load(&path) {
         Ok(config) => {
             for warning in &config.warnings {
                 eprintln!("warning: {}: {warning}", config.source);
+            }
+            if strict && !config.warnings.is_empty() {
+                let count = config.warnings.len();
+                let noun = if count == 1 { "warning" } else { "warnings" };
+                eprintln!(
+                    "error: {}: {count} {noun}, and --strict makes them errors",
+                    config.source
+                );
+                return Ok(ExitCode::FAILURE);
             }
             println!(
                 "{}: OK ({} routes, {} upstreams)",
@@ -86,6 +116,43 @@ fn check(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
         }
         Err(error) => {
             eprintln!("{error}");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+/// `health`: the admin listener to ask, then its answer.
+fn health(
+    admin: Option<SocketAddr>,
+    config: Option<PathBuf>,
+    timeout: std::time::Duration,
+) -> anyhow::Result<ExitCode> {
+    use ratelimit_proxy::admin_probe::{DEFAULT_ADMIN, probe, probe_address};
+    let listen = match (admin, config) {
+        (Some(admin), _) => admin,
+        (None, Some(path)) => {
+            let config = match ratelimit_proxy::config::load(&path) {
+                Ok(config) => config,
+                Err(error) => {
+                    eprintln!("{error}");
+                    return Ok(ExitCode::FAILURE);
+                }
+            };
+            config.admin.with_context(|| {
+                format!("{}: no [admin] listen to ask for /healthz", config.source)
+            })?
+        }
+        (None, None) => DEFAULT_ADMIN,
+    };
+    let addr = probe_address(listen);
+    // The error names its cause itself: printed whole, not as anyhow's chain.
+    match probe(addr, timeout) {
+        Ok(()) => {
+            println!("ok: GET /healthz at {addr} answered 200");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
             Ok(ExitCode::FAILURE)
         }
     }
@@ -103,7 +170,7 @@ fn run_async(command: Option<Command>, config: Option<PathBuf>) -> anyhow::Resul
     .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         match command {
-            Some(Command::Demo { listen }) => demo(listen).await,
+            Some(Command::Demo { listen, admin }) => demo(listen, admin).await,
             Some(Command::Echo { listen }) => echo(listen).await,
             _ => serve(config).await,
         }
@@ -137,14 +204,17 @@ async fn serve(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn demo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
+async fn demo(listen: SocketAddr, admin: Option<SocketAddr>) -> anyhow::Result<ExitCode> {
     init_logging(false);
     let upstream = ratelimit_proxy::echo::spawn("127.0.0.1:0".parse()?)
         .await
         .context("cannot start the echo upstream")?;
-    let text = DEMO_CONFIG
+    let mut text = DEMO_CONFIG
         .replace("{LISTEN}", &listen.to_string())
         .replace("{UPSTREAM}", &upstream.to_string());
+    if let Some(admin) = admin {
+        text.push_str(&format!("\n[admin]\nlisten = \"{admin}\"\n"));
+    }
     let config = ratelimit_proxy::config::parse_str(&text, "built-in demo config")?;
     let gateway = ratelimit_proxy::Gateway::bind(config).await?;
     let url = format!("http://{}", gateway.local_addrs()[0]);
@@ -156,7 +226,14 @@ async fn demo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
     println!(
         "       for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' {url}/hello; done"
     );
-    println!("       oha -z 10s -c 50 -H 'x-api-key: load' {url}/hello");
+    println!(
+        "       oha -z 10s -c 50 -H 'x-api-key: load' {url}/hello   # mostly 429: one key, 10 per 10 s"
+    );
+    if let Some(admin) = admin {
+        println!(
+            "  admin: curl http://{admin}/metrics   (also /healthz /readyz /config /debug/limited)"
+        );
+    }
     println!("  stop with Ctrl-C");
     log_exit(gateway.serve(shutdown_signal()).await?);
     Ok(ExitCode::SUCCESS)
@@ -237,6 +314,8 @@ burst = 1000
 
 [store]
 backend = "memory"
+# Only for this demo on loopback: a real config sets a long random value of its own.
+hash_secret = "demo-only-not-a-secret"
 
 [[upstreams]]
 name = "echo"

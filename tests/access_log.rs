@@ -191,7 +191,8 @@ async fn rust_log_warn_with_access_at_info_keeps_the_access_lines_alone() {
     // Nothing at info says where it listens: the port is chosen here.
     let addr = format!("127.0.0.1:{}", common::redis_server::free_port());
     let config = format!(
-        "[server]\nlisten = [\"{addr}\"]\n[log]\nformat = \"json\"\naccess = true\n{}",
+        // A hash_secret: without one, `warn` has a line about it (README, "Safety checks").
+        "[server]\nlisten = [\"{addr}\"]\n[log]\nformat = \"json\"\naccess = true\n[store]\nhash_secret = \"k\"\n{}",
         one_route_config(&[upstream.url()], "")
     );
     let binary = RunningBinary::start(&config_file("rust-log", &config), "warn,access=info");

@@ -3,8 +3,10 @@
 //! `Config` or into every problem it found, each with its key path. Nothing downstream
 //! re-validates.
 
+mod checks;
 mod document;
 mod duration;
+mod environment;
 mod limits;
 mod network;
 mod plans;
@@ -35,7 +37,9 @@ pub use crate::store::redis::RedisConfig;
 use crate::tls::upstream::UpstreamTls;
 use http::uri::{Authority, Scheme};
 
+pub use checks::Warning;
 pub use duration::{parse_duration, parse_rate};
+pub use environment::{ExpandError, expand};
 pub use network::{IpLists, parse_cidr};
 pub use problems::MAX_PROBLEMS;
 pub use tls::TlsListenerConfig;
@@ -300,8 +304,24 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 
 /// Parses and validates config text; `source` names it in every message.
 pub fn parse_str(text: &str, source: &str) -> Result<Config, ConfigError> {
-    let raw = parse_raw(text, source)?;
-    let mut config = validate::validate(raw, source)?;
+    parse_with_environment(text, source, &|name| std::env::var(name).ok())
+}
+
+/// `parse_str` with `${NAME}` looked up by `lookup` (`environment`); the safety warnings
+/// (`checks`) join the config's own.
+fn parse_with_environment(
+    text: &str,
+    source: &str,
+    lookup: environment::Lookup<'_>,
+) -> Result<Config, ConfigError> {
+    let mut raw = parse_raw(text, source)?;
+    let unexpanded = environment::expand_config(&mut raw, lookup);
+    let warnings = checks::warnings(&raw);
+    let validated = validate::validate(raw, source);
+    let mut config = environment::with_problems(validated, unexpanded, source)?;
+    let room = MAX_PROBLEMS.saturating_sub(config.warnings.len());
+    let warnings = warnings.iter().take(room).map(ToString::to_string);
+    config.warnings.extend(warnings);
     config.document = document::describe(text, source);
     Ok(config)
 }

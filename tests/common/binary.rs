@@ -26,6 +26,12 @@ impl RunningBinary {
     /// `ratelimit-proxy --config PATH` with `RUST_LOG=rust_log` and stderr piped (so not a
     /// terminal).
     pub fn start(config: &Path, rust_log: &str) -> RunningBinary {
+        RunningBinary::start_with_env(config, rust_log, &[])
+    }
+
+    /// `start` with `env` added to the child's environment (never this process's, which
+    /// tests running in parallel share).
+    pub fn start_with_env(config: &Path, rust_log: &str, env: &[(&str, &str)]) -> RunningBinary {
         // Read with option_env!, as `check_config` does: examples share this harness.
         let Some(binary) = option_env!("CARGO_BIN_EXE_ratelimit-proxy") else {
             panic!("RunningBinary runs in integration tests, which cargo gives the binary's path");
@@ -34,6 +40,7 @@ impl RunningBinary {
             .arg("--config")
             .arg(config)
             .env("RUST_LOG", rust_log)
+            .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
