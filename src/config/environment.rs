@@ -3,6 +3,8 @@
 //! keys are expanded, after the TOML is parsed, so a variable's value is never read as TOML
 //! and the config text itself (what /config shows) never holds the secret. `$${` is a literal
 //! `${`; any other `$` is itself. A variable that is not set is a problem at the key's path.
+//! `${file:/absolute/path}` is the content of a file instead (a mounted secret), less the
+//! line ending at its end.
 
 use super::problems::{Problems, echo};
 use super::raw::RawConfig;
@@ -23,6 +25,10 @@ pub enum ExpandError {
         echo(.0)
     )]
     BadName(String),
+    #[error("${{file:{}}}: expected an absolute path", echo(.0))]
+    RelativeFile(String),
+    #[error("${{file:{path}}}: cannot read the file: {reason}", path = echo(.0), reason = .1)]
+    Unreadable(String, String),
 }
 
 /// `value` with each `${NAME}` replaced by `lookup(NAME)`.
@@ -41,6 +47,11 @@ pub fn expand(value: &str, lookup: Lookup<'_>) -> Result<String, ExpandError> {
         let after = &rest[at + 2..];
         let end = after.find('}').ok_or(ExpandError::Unterminated)?;
         let name = &after[..end];
+        if let Some(path) = name.strip_prefix("file:") {
+            expanded.push_str(&file_content(path)?);
+            rest = &after[end + 1..];
+            continue;
+        }
         if !is_variable_name(name) {
             return Err(ExpandError::BadName(name.to_string()));
         }
@@ -50,6 +61,16 @@ pub fn expand(value: &str, lookup: Lookup<'_>) -> Result<String, ExpandError> {
     }
     expanded.push_str(rest);
     Ok(expanded)
+}
+
+/// A secret file's content, less the line ending an editor or `echo` leaves at its end.
+fn file_content(path: &str) -> Result<String, ExpandError> {
+    if !std::path::Path::new(path).is_absolute() {
+        return Err(ExpandError::RelativeFile(path.to_string()));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|error| ExpandError::Unreadable(path.to_string(), error.to_string()))?;
+    Ok(text.trim_end_matches(['\n', '\r']).to_string())
 }
 
 fn is_variable_name(name: &str) -> bool {
@@ -180,6 +201,32 @@ mod tests {
             expand("${A-B}", &env).unwrap_err().to_string(),
             "${\"A-B\"}: expected a variable name of letters, digits and _, not starting with a digit"
         );
+    }
+
+    #[test]
+    fn a_file_reference_is_the_files_content_less_its_line_ending() {
+        let dir = std::env::temp_dir().join(format!("rlp-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        let path = secret.to_str().unwrap();
+        let value = format!("redis://gw:${{file:{path}}}@redis:6379");
+        assert_eq!(
+            expand(&value, &env).as_deref(),
+            Ok("redis://gw:s3cret@redis:6379")
+        );
+        assert_eq!(
+            expand("${file:secret}", &env),
+            Err(ExpandError::RelativeFile("secret".into()))
+        );
+        let missing = dir.join("missing");
+        let error = expand(&format!("${{file:{}}}", missing.display()), &env).unwrap_err();
+        assert!(matches!(error, ExpandError::Unreadable(..)), "{error}");
+        assert!(
+            error.to_string().contains("cannot read the file"),
+            "{error}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
