@@ -40,6 +40,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         raw.plans.as_ref(),
         &limit_rules,
         &store,
+        &ip_lists,
         base_dir,
         &mut problems,
     );
