@@ -651,3 +651,39 @@ fn the_example_gives_the_office_nat_a_higher_exact_limit() {
         per_minute(elsewhere)
     );
 }
+
+#[test]
+fn check_warns_about_lists_that_overlap_with_other_outcomes() {
+    let section = r#"
+[ip_lists]
+office_nat = ["203.0.113.0/24"]
+vpn = ["203.0.113.128/25", "10.8.0.0/16"]
+[edge]
+rate = "10/s"
+overrides = [{ list = "office_nat", rate = "100/s" }, { list = "vpn", exempt = true }]
+[[limits]]
+name = "per-ip"
+key = ["ip"]
+rates = [{ limit = 5, per = "1m" }]
+tiers = { nat = [{ limit = 100, per = "1m" }], vpn = [{ limit = 50, per = "1m" }] }
+[plans]
+key = "ip"
+lists = [{ list = "office_nat", tier = "nat" }, { list = "vpn", tier = "vpn" }]
+"#;
+    let path = write_config("overlapping.toml", &format!("{VALID}\n{section}"));
+    let (ok, text) = check(&path);
+    assert!(ok, "warnings do not fail check: {text}");
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("warning: "))
+        .collect();
+    for at in ["edge.overrides[1]", "plans.lists[1]"] {
+        assert!(
+            warnings.iter().any(|l| l
+                .contains(&format!("{at}: list \"vpn\" overlaps list \"office_nat\""))
+                && l.contains("203.0.113.128/25")),
+            "{at}: {text}"
+        );
+    }
+    assert_eq!(warnings.len(), 2, "{text}");
+}

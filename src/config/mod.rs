@@ -7,6 +7,7 @@ mod document;
 mod duration;
 mod limits;
 mod network;
+mod overlaps;
 mod plans;
 mod problems;
 mod rates;
