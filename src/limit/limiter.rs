@@ -20,7 +20,10 @@ use crate::store::redis::{RedisStore, StoreError};
 use crate::store::{Small, WindowRequest};
 
 mod decision;
+mod inspect;
 mod shared_store;
+
+pub use inspect::{InspectError, NamedKey, Standing};
 
 /// The limits a route applies.
 #[derive(Debug, Clone, Default)]
