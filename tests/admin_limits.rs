@@ -253,3 +253,25 @@ async fn unknown_limits_and_wrong_parameters_are_refused() {
     assert_eq!(body["windows"][0]["remaining"], 1000);
     gateway.stop().await.unwrap().unwrap();
 }
+
+#[tokio::test]
+async fn debug_limited_lists_the_addresses_the_edge_denied() {
+    let upstream = TestUpstream::ok("ok").await;
+    let text = format!(
+        "[edge]\nrate = \"2/h\"\n{}",
+        config(&upstream, "backend = \"memory\"")
+    );
+    let gateway = TestGateway::start(&text).await;
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(proxied(&gateway, Some("k")).await);
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == StatusCode::OK).count(), 2);
+    let (status, _, top) = admin(&gateway, Method::GET, "/debug/limited").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        top,
+        serde_json::json!([{ "edge": true, "ip": "127.0.0.1", "denied": 3 }])
+    );
+    gateway.stop().await.unwrap().unwrap();
+}

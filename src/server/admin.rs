@@ -100,20 +100,11 @@ async fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Ful
             let body = state.metrics.encode_as(format);
             text(StatusCode::OK, format.content_type(), body)
         }
-        "/debug/limited" => {
-            let top: Vec<serde_json::Value> = state
-                .metrics
-                .limited
-                .top()
-                .iter()
-                .map(|h| serde_json::json!({ "limit": &*h.limit, "identity": format!("{:032x}", h.identity), "denied": h.denied }))
-                .collect();
-            text(
-                StatusCode::OK,
-                "application/json",
-                serde_json::Value::Array(top).to_string(),
-            )
-        }
+        "/debug/limited" => text(
+            StatusCode::OK,
+            "application/json",
+            most_denied(&state.metrics).to_string(),
+        ),
         "/config" => {
             let body = match state.generation.lock() {
                 Ok(generation) => generation.config.document.to_string(),
@@ -127,6 +118,30 @@ async fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Ful
             "not found: /healthz /readyz /metrics /config /debug/limited /limits/NAME/state /limits/NAME/reset\n".into(),
         ),
     }
+}
+
+/// The most-denied limit identities (hashed) and edge addresses (their `ipv6_prefix` group),
+/// most denied first.
+fn most_denied(metrics: &Metrics) -> serde_json::Value {
+    let limits = metrics.limited.top().into_iter().map(|h| {
+        let identity = format!("{:032x}", h.identity);
+        (
+            h.denied,
+            serde_json::json!({ "limit": &*h.limit, "identity": identity, "denied": h.denied }),
+        )
+    });
+    let edge = metrics.edge_limited.top().into_iter().map(|h| {
+        let ip = std::net::Ipv6Addr::from(h.identity)
+            .to_canonical()
+            .to_string();
+        (
+            h.denied,
+            serde_json::json!({ "edge": true, "ip": ip, "denied": h.denied }),
+        )
+    });
+    let mut all: Vec<(u64, serde_json::Value)> = limits.chain(edge).collect();
+    all.sort_by_key(|(denied, _)| std::cmp::Reverse(*denied));
+    all.into_iter().map(|(_, entry)| entry).collect()
 }
 
 /// 200 once serving; with `[store] ready_requires_redis`, only once the store has been
