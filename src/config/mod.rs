@@ -3,6 +3,7 @@
 //! `Config` or into every problem it found, each with its key path. Nothing downstream
 //! re-validates.
 
+mod defaults;
 mod document;
 mod duration;
 mod limits;
@@ -303,7 +304,11 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 pub fn parse_str(text: &str, source: &str) -> Result<Config, ConfigError> {
     let raw = parse_raw(text, source)?;
     let mut config = validate::validate(raw, source)?;
-    config.document = document::describe(text, source);
+    let mut document = document::describe(text, source);
+    if let Some(written) = document.get_mut("config") {
+        defaults::fill(written, &config);
+    }
+    config.document = document;
     Ok(config)
 }
 
