@@ -21,7 +21,6 @@ use super::cluster::{self, Cluster};
 use super::connect;
 use super::denied::DeniedCache;
 use super::node::Node;
-use super::pipe;
 use super::script::{self, SCRIPT};
 use super::tiers::TierCache;
 use super::{Small, WindowRequest};
@@ -32,6 +31,7 @@ use commands::{bulk, hget_on_pipe, load_script, tier_of};
 mod commands;
 mod config;
 mod error;
+mod inspect;
 
 pub use config::{RedisConfig, describe_url_error};
 pub use error::StoreError;
@@ -235,67 +235,6 @@ impl RedisStore {
         };
         self.tiers.put(hash, field, tier.clone(), now);
         Some(tier)
-    }
-
-    /// Where one identity's windows (`requests`, of one limit) stand, as the script checks
-    /// them, writing nothing: for the admin endpoints, off the request path.
-    pub async fn peek(
-        &self,
-        requests: &[WindowRequest],
-        limits: &[&str],
-    ) -> Result<Small<WindowCheck>, StoreError> {
-        let call = self.script_call(requests, limits, None);
-        let write = |out: &mut Vec<u8>| {
-            let mut batch = script::Batch::default();
-            batch.add(&call);
-            let mut command = pipe::Command::new(out, batch.arguments() + 1);
-            batch.write_peek(&mut command);
-        };
-        let reply = self.command(&script::first_key(&call), &write).await?;
-        script::parse_reply(&bulk(reply)?, requests.len())
-    }
-
-    /// Deletes the keys of one identity's windows (`requests`, of one limit), and its denial
-    /// remembered here: its next request starts afresh.
-    pub async fn forget(
-        &self,
-        requests: &[WindowRequest],
-        limits: &[&str],
-    ) -> Result<(), StoreError> {
-        let call = self.script_call(requests, limits, None);
-        let keys = script::keys_of(&call);
-        let Some(first) = keys.first() else {
-            return Ok(());
-        };
-        let write = |out: &mut Vec<u8>| {
-            let mut command = pipe::Command::new(out, keys.len() + 1);
-            command.arg(b"DEL");
-            for key in &keys {
-                command.arg(key);
-            }
-        };
-        self.command(first, &write).await?;
-        for request in requests {
-            self.denied.forget(request.limit_identity);
-        }
-        Ok(())
-    }
-
-    /// One command of its own (never merged), on the node of `key`'s slot.
-    async fn command(
-        &self,
-        key: &[u8],
-        write: &(dyn Fn(&mut Vec<u8>) + Sync),
-    ) -> Result<pipe::Reply, StoreError> {
-        let wait = self.config.longest_wait();
-        match &self.backend {
-            Backend::Node(node) => node.guarded(node.pipe().call(wait, write)).await,
-            Backend::Cluster(cluster) => {
-                let request = cluster::Request::Command(write);
-                Box::pin(cluster.call(key, wait, &request)).await
-            }
-            Backend::Unusable(error) => Err(error.clone()),
-        }
     }
 
     /// One script call on the single node, merged with the worker's other calls.
