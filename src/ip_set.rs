@@ -41,6 +41,24 @@ impl IpSet {
         self.v4.is_empty() && self.v6.is_empty()
     }
 
+    /// The largest CIDR block at the start of the first range both sets hold (IPv4 first),
+    /// as an example of where they overlap; None when they share no address. For config
+    /// checks, not requests.
+    pub fn first_overlap(&self, other: &IpSet) -> Option<IpNet> {
+        let widen = |(start, end): (u32, u32)| (u128::from(start), u128::from(end));
+        if let Some(range) = first_common(&self.v4, &other.v4) {
+            let (start, prefix) = largest_block(widen(range), 32);
+            return ipnet::Ipv4Net::new((start as u32).into(), prefix)
+                .ok()
+                .map(IpNet::V4);
+        }
+        let range = first_common(&self.v6, &other.v6)?;
+        let (start, prefix) = largest_block(range, 128);
+        ipnet::Ipv6Net::new(start.into(), prefix)
+            .ok()
+            .map(IpNet::V6)
+    }
+
     /// The number of disjoint ranges after merging.
     pub fn ranges(&self) -> usize {
         self.v4.len() + self.v6.len()
@@ -65,6 +83,34 @@ fn merge<T: Copy + Ord + From<u8>>(
     }
     merged.shrink_to_fit();
     merged
+}
+
+/// The first intersection of two sorted lists of disjoint ranges.
+fn first_common<T: Copy + Ord>(a: &[(T, T)], b: &[(T, T)]) -> Option<(T, T)> {
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        let (start, end) = (a[i].0.max(b[j].0), a[i].1.min(b[j].1));
+        if start <= end {
+            return Some((start, end));
+        }
+        // The range that ends first can meet nothing further in the other list.
+        if a[i].1 < b[j].1 { i += 1 } else { j += 1 }
+    }
+    None
+}
+
+/// The largest block of a `bits`-bit address space that starts at `start` and ends at or
+/// before `end`: its start and prefix length.
+fn largest_block((start, end): (u128, u128), bits: u32) -> (u128, u8) {
+    let span = end - start;
+    // log2 of the number of addresses in [start, end], rounded down.
+    let fits = match span.checked_add(1) {
+        Some(count) => 127 - count.leading_zeros(),
+        None => 128,
+    };
+    let aligned = start.trailing_zeros();
+    let host_bits = fits.min(aligned).min(bits);
+    (start, (bits - host_bits) as u8)
 }
 
 fn in_ranges<T: Copy + Ord>(ranges: &[(T, T)], value: T) -> bool {
@@ -102,6 +148,43 @@ mod tests {
         let s = set(&["::/0", "2001:db8::/32"]);
         assert_eq!(s.ranges(), 1);
         assert!(s.contains("ffff::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn the_first_overlap_is_told_as_the_largest_block_at_its_start() {
+        let overlap = |a: &[&str], b: &[&str]| set(a).first_overlap(&set(b)).map(|n| n.to_string());
+        assert_eq!(
+            overlap(&["203.0.113.0/24"], &["203.0.0.0/16"]),
+            Some("203.0.113.0/24".into())
+        );
+        assert_eq!(
+            overlap(
+                &["10.0.0.0/8", "203.0.113.0/24"],
+                &["203.0.113.128/25", "1.1.1.1/32"]
+            ),
+            Some("203.0.113.128/25".into())
+        );
+        // 10.0.0.3 to 10.0.0.9: the block at its start is the one address.
+        assert_eq!(
+            overlap(
+                &["10.0.0.0/29", "10.0.0.8/31"],
+                &["10.0.0.3/32", "10.0.0.4/30", "10.0.0.8/30"]
+            ),
+            Some("10.0.0.3/32".into())
+        );
+        assert_eq!(
+            overlap(&["0.0.0.0/0"], &["0.0.0.0/0"]),
+            Some("0.0.0.0/0".into())
+        );
+        assert_eq!(
+            overlap(&["::/0"], &["2001:db8::/32"]),
+            Some("2001:db8::/32".into())
+        );
+        assert_eq!(overlap(&["::/0"], &["::/0"]), Some("::/0".into()));
+        assert_eq!(
+            overlap(&["10.0.0.0/8"], &["11.0.0.0/8", "2001:db8::/32"]),
+            None
+        );
     }
 
     proptest! {

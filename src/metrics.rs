@@ -61,6 +61,9 @@ pub struct Metrics {
     pub store_breaker_open: Family<NodeLabel, Gauge>,
     /// The most-denied identities, for /debug/limited.
     pub limited: HeavyHitters,
+    /// The addresses (grouped by `ipv6_prefix`, as an IPv6 number) the edge layer denied most,
+    /// for /debug/limited.
+    pub edge_limited: HeavyHitters,
     /// `rlp_requests_total{route=""}`: requests no route matched.
     no_route: CountersByStatus,
     /// `rlp_timeouts_total{kind}`.
@@ -154,6 +157,7 @@ impl Metrics {
             store_errors: Family::default(),
             store_breaker_open: Family::default(),
             limited: HeavyHitters::default(),
+            edge_limited: HeavyHitters::default(),
             timeouts: TimeoutCounters::of(&timeouts),
         };
         // Series an alert watches start at 0: one that appears at its first count has no

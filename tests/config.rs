@@ -597,3 +597,93 @@ fn the_deadlines_have_defaults_and_bad_values_name_their_paths() {
         ]
     );
 }
+
+#[test]
+fn plans_lists_name_known_lists_and_tiers() {
+    let section = r#"
+[ip_lists]
+office_nat = ["203.0.113.0/24"]
+[[limits]]
+name = "per-ip"
+key = ["ip"]
+rates = [{ limit = 5, per = "1m" }]
+tiers = { nat = [{ limit = 100, per = "1m" }] }
+[plans]
+key = "ip"
+lists = [{ list = "ofice_nat", tier = "nat" }, { list = "office_nat", tier = "natt" }]
+"#;
+    let lines = problems(&format!("{VALID}\n{section}"));
+    for (path, expected) in [
+        ("plans.lists[0].list", "unknown ip list \"ofice_nat\""),
+        ("plans.lists[1].tier", "tier \"natt\" is not defined"),
+    ] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("gw.toml: {path}: ")) && l.contains(expected)),
+            "{path}: {lines:?}"
+        );
+    }
+    let good = section
+        .replace("ofice_nat", "office_nat")
+        .replace("natt", "nat");
+    assert!(parse_str(&format!("{VALID}\n{good}"), "gw.toml").is_ok());
+}
+
+#[test]
+fn the_example_gives_the_office_nat_a_higher_exact_limit() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
+    let config = ratelimit_proxy::config::load(&example).unwrap();
+    let plans = config.plans.as_ref().unwrap();
+    let office = plans.tier_by_address("203.0.113.9".parse().unwrap());
+    let elsewhere = plans.tier_by_address("192.0.2.1".parse().unwrap());
+    let per_key = config
+        .limits
+        .iter()
+        .find(|l| &*l.name == "per-key")
+        .unwrap();
+    let per_minute = |tier| per_key.windows_for(tier).unwrap()[0].rate.limit;
+    assert_eq!(office, Some("nat"));
+    assert!(
+        per_minute(office) >= 10 * per_minute(elsewhere),
+        "{office:?}: {}, {elsewhere:?}: {}",
+        per_minute(office),
+        per_minute(elsewhere)
+    );
+}
+
+#[test]
+fn check_warns_about_lists_that_overlap_with_other_outcomes() {
+    let section = r#"
+[ip_lists]
+office_nat = ["203.0.113.0/24"]
+vpn = ["203.0.113.128/25", "10.8.0.0/16"]
+[edge]
+rate = "10/s"
+overrides = [{ list = "office_nat", rate = "100/s" }, { list = "vpn", exempt = true }]
+[[limits]]
+name = "per-ip"
+key = ["ip"]
+rates = [{ limit = 5, per = "1m" }]
+tiers = { nat = [{ limit = 100, per = "1m" }], vpn = [{ limit = 50, per = "1m" }] }
+[plans]
+key = "ip"
+lists = [{ list = "office_nat", tier = "nat" }, { list = "vpn", tier = "vpn" }]
+"#;
+    let path = write_config("overlapping.toml", &format!("{VALID}\n{section}"));
+    let (ok, text) = check(&path);
+    assert!(ok, "warnings do not fail check: {text}");
+    let warnings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("warning: "))
+        .collect();
+    for at in ["edge.overrides[1]", "plans.lists[1]"] {
+        assert!(
+            warnings.iter().any(|l| l
+                .contains(&format!("{at}: list \"vpn\" overlaps list \"office_nat\""))
+                && l.contains("203.0.113.128/25")),
+            "{at}: {text}"
+        );
+    }
+    assert_eq!(warnings.len(), 2, "{text}");
+}

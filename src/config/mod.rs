@@ -4,11 +4,13 @@
 //! re-validates.
 
 mod checks;
+mod defaults;
 mod document;
 mod duration;
 mod environment;
 mod limits;
 mod network;
+mod overlaps;
 mod plans;
 mod problems;
 mod rates;
@@ -322,7 +324,11 @@ fn parse_with_environment(
     let room = MAX_PROBLEMS.saturating_sub(config.warnings.len());
     let warnings = warnings.iter().take(room).map(ToString::to_string);
     config.warnings.extend(warnings);
-    config.document = document::describe(text, source);
+    let mut document = document::describe(text, source);
+    if let Some(written) = document.get_mut("config") {
+        defaults::fill(written, &config);
+    }
+    config.document = document;
     Ok(config)
 }
 

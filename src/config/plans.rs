@@ -5,15 +5,17 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::StoreConfig;
+use super::network::IpLists;
 use super::problems::Problems;
-use super::raw::RawPlans;
+use super::raw::{RawPlans, RawTierList};
 use crate::limit::key::KeyPart;
-use crate::limit::rules::{LimitRule, Plans};
+use crate::limit::rules::{LimitRule, Plans, TierList};
 
 pub(super) fn plans(
     raw: Option<&RawPlans>,
     limits: &[LimitRule],
     store: &StoreConfig,
+    ip_lists: &IpLists,
     base_dir: &Path,
     problems: &mut Problems,
 ) -> Option<Plans> {
@@ -41,23 +43,39 @@ pub(super) fn plans(
     }
     let entries = match &raw.file {
         Some(file) => plans_file(file, base_dir, problems)?,
-        None if raw.redis_hash.is_some() => HashMap::new(),
+        None if raw.redis_hash.is_some() || raw.lists.is_some() => HashMap::new(),
         None => {
             problems.push(
                 "plans",
-                "expected file = \"plans.toml\", redis_hash = \"name\", or both",
+                "expected file = \"plans.toml\", redis_hash = \"name\", lists = [{ list, tier }], or several",
             );
             return None;
         }
     };
     let known: BTreeSet<&String> = limits.iter().flat_map(|l| l.tiers.keys()).collect();
     // The default tier may be one no limit defines (those limits use their base rates), but
-    // every tier the file names must exist, or a typo would silently grant the base rates.
+    // every tier the file or a list names must exist, or a typo would silently grant the base
+    // rates.
     let unknown_tier = |tier: &String| !known.contains(tier) && raw.default.as_ref() != Some(tier);
     if let Some(tier) = entries.values().find(|t| unknown_tier(t)) {
         let file = raw.file.as_deref().unwrap_or_default();
         problems.push("plans.file", format!("{file}: tier {tier:?} is not defined in the tiers of any limit; known tiers: {known:?}"));
     }
+    let raw_lists = raw.lists.as_deref().unwrap_or_default();
+    let lists = raw_lists.iter().enumerate().filter_map(|(i, entry)| {
+        let path = format!("plans.lists[{i}]");
+        if unknown_tier(&entry.tier) {
+            problems.push(
+                format!("{path}.tier"),
+                format!(
+                    "tier {:?} is not defined in the tiers of any limit; known tiers: {known:?}",
+                    entry.tier
+                ),
+            );
+        }
+        tier_list(entry, ip_lists, &path, problems)
+    });
+    let lists = lists.collect();
     let tiers = entries
         .into_iter()
         .map(|(identity, tier)| (identity.into_bytes(), tier))
@@ -65,8 +83,34 @@ pub(super) fn plans(
     Some(Plans {
         key,
         tiers,
+        lists,
         default: raw.default.clone(),
         redis_hash,
+    })
+}
+
+/// One `lists` entry, its list resolved to its set of addresses.
+fn tier_list(
+    raw: &RawTierList,
+    ip_lists: &IpLists,
+    path: &str,
+    problems: &mut Problems,
+) -> Option<TierList> {
+    let Some(ips) = ip_lists.get(&raw.list) else {
+        let known: Vec<&String> = ip_lists.keys().collect();
+        problems.push(
+            format!("{path}.list"),
+            format!(
+                "unknown ip list {:?}; expected one of {known:?} from [ip_lists]",
+                raw.list
+            ),
+        );
+        return None;
+    };
+    Some(TierList {
+        list: raw.list.clone(),
+        ips: ips.clone(),
+        tier: raw.tier.clone(),
     })
 }
 

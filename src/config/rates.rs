@@ -122,7 +122,7 @@ pub(super) fn tiers(
 }
 
 /// `60s` → `1m`: the largest unit that divides the duration.
-fn format_per(per: Duration) -> String {
+pub(super) fn format_per(per: Duration) -> String {
     let ms = per.as_millis();
     for (unit, size) in [
         ("d", 86_400_000),

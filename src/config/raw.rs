@@ -138,6 +138,16 @@ pub struct RawPlans {
     pub default: Option<String>,
     pub redis_hash: Option<String>,
     pub redis_ttl: Option<String>,
+    /// `[{ list, tier }]`: an array, so that the first list holding an address wins in the
+    /// order written (a TOML table's keys carry no order a reader must keep).
+    pub lists: Option<Vec<RawTierList>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTierList {
+    pub list: String,
+    pub tier: String,
 }
 
 #[derive(Debug, Deserialize)]

@@ -9,7 +9,7 @@ use super::raw::{RawAdmin, RawConfig, RawRoute, RawUpstream};
 use super::server::{log_config, server};
 use super::upstreams::upstream;
 use super::{Config, ConfigError, RouteConfig, UpstreamConfig};
-use super::{limits, network, plans, requests, response, store, tls};
+use super::{limits, network, overlaps, plans, requests, response, store, tls};
 use crate::limit::rules::LimitRule;
 
 pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigError> {
@@ -40,9 +40,11 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         raw.plans.as_ref(),
         &limit_rules,
         &store,
+        &ip_lists,
         base_dir,
         &mut problems,
     );
+    overlaps::warn_about_overlaps(edge.as_ref(), plans.as_ref(), &mut problems);
     requests::check_underscored_keys(
         server.underscores,
         &limit_rules,

@@ -20,7 +20,10 @@ use crate::store::redis::{RedisStore, StoreError};
 use crate::store::{Small, WindowRequest};
 
 mod decision;
+mod inspect;
 mod shared_store;
+
+pub use inspect::{InspectError, NamedKey, Standing};
 
 /// The limits a route applies.
 #[derive(Debug, Clone, Default)]
@@ -149,7 +152,7 @@ impl Limiter {
         if route.rules.is_empty() {
             return LimitDecision::NotLimited.into();
         }
-        let tier = match self.tier_of(facts).await {
+        let tier = match self.tier_of(facts, client_ip).await {
             Ok(tier) => tier,
             Err(Repeated) => {
                 let plans = self.plans.as_ref().map(|plans| plans.key.describe());
@@ -233,9 +236,12 @@ impl Limiter {
         Ok(identity.map(|builder| (windows, builder.finish())))
     }
 
+    /// The request's tier: named for its `[plans] key` by the Redis hash or the plans file,
+    /// else given by the first `[plans] lists` list holding `client_ip`, else the default.
     async fn tier_of<'a>(
         &'a self,
         facts: &RequestFacts<'_>,
+        client_ip: IpAddr,
     ) -> Result<Option<TierName<'a>>, Repeated> {
         let Some(plans) = self.plans.as_ref() else {
             return Ok(None);
@@ -251,10 +257,10 @@ impl Limiter {
         {
             return Ok(Some(TierName::Fetched(tier)));
         }
-        let tier = value.and_then(|v| plans.tiers.get(v.as_ref()));
-        Ok(tier
-            .or(plans.default.as_ref())
-            .map(|t| TierName::Configured(t)))
+        if let Some(tier) = value.and_then(|v| plans.tiers.get(v.as_ref())) {
+            return Ok(Some(TierName::Configured(tier)));
+        }
+        Ok(plans.tier_by_address(client_ip).map(TierName::Configured))
     }
 }
 

@@ -99,14 +99,38 @@ impl LimitRule {
     }
 }
 
-/// Which tier an identity is on: `identity = "tier"` pairs from the plans file.
+/// Which tier an identity is on: by name (the Redis hash, then the plans file's `identity =
+/// "tier"` pairs), else by the client's address (`lists`), else `default`.
 #[derive(Debug, Clone)]
 pub struct Plans {
     pub key: KeyPart,
     pub tiers: HashMap<Vec<u8>, String>,
+    /// In the order written: the first list that holds the client's address gives its tier.
+    pub lists: Vec<TierList>,
     pub default: Option<String>,
     /// A Redis hash of `identity → tier` consulted first, and how long its answers are cached.
     pub redis_hash: Option<(String, Duration)>,
+}
+
+/// `[plans] lists` entry: clients whose address is in `ips` (the `[ip_lists]` list `list`)
+/// are on `tier`.
+#[derive(Debug, Clone)]
+pub struct TierList {
+    pub list: String,
+    pub ips: Arc<IpSet>,
+    pub tier: String,
+}
+
+impl Plans {
+    /// The tier of a client at `client_ip` that no name gave a tier: its address's list's, or
+    /// the default. Configs without `lists` pay an empty loop.
+    pub fn tier_by_address(&self, client_ip: std::net::IpAddr) -> Option<&str> {
+        let listed = self.lists.iter().find(|l| l.ips.contains(client_ip));
+        listed
+            .map(|l| &l.tier)
+            .or(self.default.as_ref())
+            .map(String::as_str)
+    }
 }
 
 #[cfg(test)]

@@ -162,6 +162,9 @@ impl Drop for RequestLog<'_> {
     }
 }
 
+/// The name the edge layer's denials are recorded under in the most-denied list.
+static EDGE: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from("edge"));
+
 /// Counts what admission saw: `rlp_edge_decisions_total`, `rlp_limit_decisions_total`, the
 /// most-denied list, `rlp_store_duration_seconds` and `rlp_store_errors_total`
 /// (`rlp_store_breaker_open` is read when scraped); logs the edge's deny-list refusals and
@@ -176,6 +179,15 @@ fn admission(
     let metrics = &runtime.metrics;
     if let Some(decision) = seen.edge {
         metrics.count_edge(decision);
+        if matches!(decision, EdgeDecision::Denied) {
+            let bucket = match runtime.client_ip.group(client_ip) {
+                IpAddr::V4(ip) => ip.to_ipv6_mapped(),
+                IpAddr::V6(ip) => ip,
+            };
+            metrics
+                .edge_limited
+                .record(&EDGE, u128::from(bucket), seen.now);
+        }
     }
     if let Some(list) = &seen.deny_list {
         tracing::debug!(%client_ip, list, "refused: on a deny list");

@@ -1,8 +1,9 @@
 //! The admin listener (loopback by default, never the proxy listeners): `/healthz` (process
 //! alive), `/readyz` (serving; with `[store] ready_requires_redis`, once every worker has
 //! reached Redis; 503 while draining), `/metrics` (Prometheus text, or OpenMetrics when asked)
-//! and `/config` (the effective config as JSON, secrets redacted, with its version and load
-//! time). It keeps answering through a shutdown's drain and stops when serving ends.
+//! `/config` (the effective config as JSON, secrets redacted, with its version and load
+//! time), `/debug/limited` (the most denied) and `/limits/<name>/state` and `/reset` (one
+//! identity's standing under a limit, and clearing it: `limits.rs`). It keeps answering through a shutdown's drain and stops when serving ends.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +19,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+mod limits;
 
 use super::reload::Generation;
 use crate::metrics::{Exposition, LabelText, Metrics, NodeLabel, UpstreamServerLabels};
@@ -61,8 +64,8 @@ pub(super) async fn serve(
         let stop = stop.clone();
         tokio::spawn(async move {
             let service = service_fn(move |request| {
-                let answer = answer(&state, &request);
-                async move { Ok::<_, Infallible>(answer) }
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(answer(&state, &request).await) }
             });
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -78,8 +81,16 @@ pub(super) async fn serve(
     }
 }
 
-fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Bytes>> {
-    match request.uri().path() {
+async fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = request.uri().path();
+    if path.starts_with("/limits/") {
+        let runtime = state.runtime.load_full();
+        let query = request.uri().query();
+        if let Some(answer) = limits::answer(&runtime, request.method(), path, query).await {
+            return answer;
+        }
+    }
+    match path {
         "/healthz" => text(StatusCode::OK, "text/plain", "ok\n".into()),
         "/readyz" => readiness(state),
         "/metrics" => {
@@ -89,20 +100,11 @@ fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Byte
             let body = state.metrics.encode_as(format);
             text(StatusCode::OK, format.content_type(), body)
         }
-        "/debug/limited" => {
-            let top: Vec<serde_json::Value> = state
-                .metrics
-                .limited
-                .top()
-                .iter()
-                .map(|h| serde_json::json!({ "limit": &*h.limit, "identity": format!("{:032x}", h.identity), "denied": h.denied }))
-                .collect();
-            text(
-                StatusCode::OK,
-                "application/json",
-                serde_json::Value::Array(top).to_string(),
-            )
-        }
+        "/debug/limited" => text(
+            StatusCode::OK,
+            "application/json",
+            most_denied(&state.metrics).to_string(),
+        ),
         "/config" => {
             let body = match state.generation.lock() {
                 Ok(generation) => generation.config.document.to_string(),
@@ -113,9 +115,33 @@ fn answer(state: &AdminState, request: &Request<Incoming>) -> Response<Full<Byte
         _ => text(
             StatusCode::NOT_FOUND,
             "text/plain",
-            "not found: /healthz /readyz /metrics /config /debug/limited\n".into(),
+            "not found: /healthz /readyz /metrics /config /debug/limited /limits/NAME/state /limits/NAME/reset\n".into(),
         ),
     }
+}
+
+/// The most-denied limit identities (hashed) and edge addresses (their `ipv6_prefix` group),
+/// most denied first.
+fn most_denied(metrics: &Metrics) -> serde_json::Value {
+    let limits = metrics.limited.top().into_iter().map(|h| {
+        let identity = format!("{:032x}", h.identity);
+        (
+            h.denied,
+            serde_json::json!({ "limit": &*h.limit, "identity": identity, "denied": h.denied }),
+        )
+    });
+    let edge = metrics.edge_limited.top().into_iter().map(|h| {
+        let ip = std::net::Ipv6Addr::from(h.identity)
+            .to_canonical()
+            .to_string();
+        (
+            h.denied,
+            serde_json::json!({ "edge": true, "ip": ip, "denied": h.denied }),
+        )
+    });
+    let mut all: Vec<(u64, serde_json::Value)> = limits.chain(edge).collect();
+    all.sort_by_key(|(denied, _)| std::cmp::Reverse(*denied));
+    all.into_iter().map(|(_, entry)| entry).collect()
 }
 
 /// 200 once serving; with `[store] ready_requires_redis`, only once the store has been

@@ -90,6 +90,11 @@ impl DeniedCache {
         })
     }
 
+    /// Forgets the standing denial of `identity` (its state was cleared by an operator).
+    pub fn forget(&self, identity: u128) {
+        self.shard(identity).remove(&identity);
+    }
+
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).len()).sum()
     }

@@ -80,6 +80,30 @@ impl MemoryStore {
         checks
     }
 
+    /// Where each window stands at `now`, changing nothing: the check a request of the
+    /// windows' cost would meet (the admin endpoints ask with cost 0, for what is left).
+    pub fn peek(&self, requests: &[WindowRequest], now: Nanos) -> Small<WindowCheck> {
+        let peek = |request: &WindowRequest| {
+            let shard = lock(&self.shards[shard_of(request)]);
+            let key = split(request.identity);
+            shard.check(key, shard.live_cell(key, now), request, now)
+        };
+        requests.iter().map(peek).collect()
+    }
+
+    /// Forgets the windows' state, as if their identity had never been seen. (What it had
+    /// counted in a shared overflow cell stays there, shared.)
+    pub fn forget(&self, requests: &[WindowRequest]) {
+        for request in requests {
+            let mut shard = lock(&self.shards[shard_of(request)]);
+            let key = split(request.identity);
+            if let Ok(entry) = shard.cells.find_entry(key[1], |e| e.key == key) {
+                entry.remove();
+            }
+            shard.logs.remove(&key);
+        }
+    }
+
     /// How many windows are held in memory.
     pub fn entries(&self) -> usize {
         self.shards

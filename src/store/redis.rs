@@ -31,6 +31,7 @@ use commands::{bulk, hget_on_pipe, load_script, tier_of};
 mod commands;
 mod config;
 mod error;
+mod inspect;
 
 pub use config::{RedisConfig, describe_url_error};
 pub use error::StoreError;

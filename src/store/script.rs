@@ -180,6 +180,24 @@ impl Batch {
         self.clear();
     }
 
+    /// Writes the `EVAL` that checks everything added and writes nothing (`peek`), with the
+    /// script's text: the admin endpoints call it rarely, and so never meet `NOSCRIPT`.
+    pub fn write_peek(&mut self, command: &mut impl Arguments) {
+        command.push(b"EVAL");
+        command.push(SCRIPT.as_bytes());
+        command.push(itoa::Buffer::new().format(self.key_ends.len()).as_bytes());
+        let mut start = 0;
+        for &end in &self.key_ends {
+            command.push(&self.keys[start..end]);
+            start = end;
+        }
+        command.push(b"");
+        command.push(&self.parameters);
+        command.push(&self.window_counts);
+        command.push(b"peek");
+        self.clear();
+    }
+
     pub fn clear(&mut self) {
         self.keys.clear();
         self.key_ends.clear();
@@ -188,6 +206,24 @@ impl Batch {
         self.window_counts.clear();
         self.windows = 0;
     }
+}
+
+/// Every key `call`'s windows are stored under (the identities' keys, and each sliding log
+/// window's), each once: what forgetting them deletes.
+pub(super) fn keys_of(call: &ScriptCall) -> Vec<Vec<u8>> {
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    for (request, &limit) in call.requests.iter().zip(call.limits) {
+        let mut key = Vec::new();
+        push_identity_key(&mut key, call.key_prefix, limit, request.limit_identity);
+        if request.algorithm == Algorithm::SlidingLog {
+            key.push(b':');
+            key.extend_from_slice(itoa::Buffer::new().format(request.window).as_bytes());
+        }
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    keys
 }
 
 /// Whether window `i` starts a key: the windows of one limit identity (adjacent) share one,

@@ -35,7 +35,12 @@ const TRY_AGAIN_AFTER: Duration = Duration::from_millis(10);
 /// What a call sends to the master of its slot.
 pub enum Request<'a> {
     Script(&'a ScriptCall<'a>),
-    Hget { hash: &'a str, field: &'a [u8] },
+    Hget {
+        hash: &'a str,
+        field: &'a [u8],
+    },
+    /// A command `write` appends (the admin endpoints' reads and deletes).
+    Command(&'a (dyn Fn(&mut Vec<u8>) + Sync)),
 }
 
 pub struct Cluster {
@@ -159,6 +164,7 @@ async fn send(
             };
             pipe.call_with(wait, asking, hget).await
         }
+        Request::Command(write) => pipe.call_with(wait, asking, write).await,
     }
 }
 

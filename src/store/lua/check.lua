@@ -13,6 +13,7 @@
 -- KEYS), slot (its place in the key's string). Within a request the windows of one key are
 -- adjacent and share a group. ARGV[3]: a little-endian double per request, how many of the
 -- windows are its.
+-- ARGV[4]: 'peek' to check and write nothing (the admin endpoints' read of an identity).
 -- Reply: one string of 4 little-endian doubles per window (Redis's `struct` library): allowed
 -- (0/1), remaining, reset (µs), wait (µs). Binary numbers both ways: the gateway's Redis
 -- client spends more per element than per byte, and neither side formats or parses text.
@@ -20,6 +21,7 @@ if redis.replicate_commands then
   redis.replicate_commands()
 end
 
+local peek = ARGV[4] == 'peek'
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -188,7 +190,7 @@ for r = 1, requests do
     end
   end
   local start = first
-  while enforced_allow and start <= last do
+  while enforced_allow and not peek and start <= last do
     local at = WINDOW_NUMBERS * (start - 1)
     local key, stop = p[at + KEY], start
     while stop < last and p[WINDOW_NUMBERS * stop + KEY] == key do

@@ -1,0 +1,74 @@
+//! What the admin endpoints ask of Redis about one identity, off the request path: a read of
+//! its windows by the limit script in its `peek` mode (which writes nothing), and deleting its
+//! keys. Commands of their own, never merged with the requests' script calls.
+
+use super::commands::bulk;
+use super::{Backend, RedisStore, StoreError};
+use crate::limit::WindowCheck;
+use crate::store::cluster;
+use crate::store::pipe;
+use crate::store::script;
+use crate::store::{Small, WindowRequest};
+
+impl RedisStore {
+    /// Where one identity's windows (`requests`, of one limit) stand, as the script checks
+    /// them, writing nothing: for the admin endpoints, off the request path.
+    pub async fn peek(
+        &self,
+        requests: &[WindowRequest],
+        limits: &[&str],
+    ) -> Result<Small<WindowCheck>, StoreError> {
+        let call = self.script_call(requests, limits, None);
+        let write = |out: &mut Vec<u8>| {
+            let mut batch = script::Batch::default();
+            batch.add(&call);
+            let mut command = pipe::Command::new(out, batch.arguments() + 1);
+            batch.write_peek(&mut command);
+        };
+        let reply = self.command(&script::first_key(&call), &write).await?;
+        script::parse_reply(&bulk(reply)?, requests.len())
+    }
+
+    /// Deletes the keys of one identity's windows (`requests`, of one limit), and its denial
+    /// remembered here: its next request starts afresh.
+    pub async fn forget(
+        &self,
+        requests: &[WindowRequest],
+        limits: &[&str],
+    ) -> Result<(), StoreError> {
+        let call = self.script_call(requests, limits, None);
+        let keys = script::keys_of(&call);
+        let Some(first) = keys.first() else {
+            return Ok(());
+        };
+        let write = |out: &mut Vec<u8>| {
+            let mut command = pipe::Command::new(out, keys.len() + 1);
+            command.arg(b"DEL");
+            for key in &keys {
+                command.arg(key);
+            }
+        };
+        self.command(first, &write).await?;
+        for request in requests {
+            self.denied.forget(request.limit_identity);
+        }
+        Ok(())
+    }
+
+    /// One command of its own (never merged), on the node of `key`'s slot.
+    async fn command(
+        &self,
+        key: &[u8],
+        write: &(dyn Fn(&mut Vec<u8>) + Sync),
+    ) -> Result<pipe::Reply, StoreError> {
+        let wait = self.config.longest_wait();
+        match &self.backend {
+            Backend::Node(node) => node.guarded(node.pipe().call(wait, write)).await,
+            Backend::Cluster(cluster) => {
+                let request = cluster::Request::Command(write);
+                Box::pin(cluster.call(key, wait, &request)).await
+            }
+            Backend::Unusable(error) => Err(error.clone()),
+        }
+    }
+}
