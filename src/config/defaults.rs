@@ -11,7 +11,7 @@ use super::rates::format_per;
 use crate::canonical::{EscapedSlashes, Underscores};
 use crate::client_ip::ForwardHeader;
 use crate::limit::key::Missing;
-use crate::limit::rules::OnError;
+use crate::limit::rules::{OnError, Tier, Window};
 
 /// Fills the absent keys of `document` (the file as JSON) with `config`'s values.
 pub(super) fn fill(document: &mut Value, config: &Config) {
@@ -32,6 +32,13 @@ pub(super) fn fill(document: &mut Value, config: &Config) {
         "problem_type",
         json!(&*config.response.problem_type),
     );
+    if let Some((_, ttl)) = config
+        .plans
+        .as_ref()
+        .and_then(|plans| plans.redis_hash.as_ref())
+    {
+        put(section(top, "plans"), "redis_ttl", duration(*ttl));
+    }
     if let Some(edge) = &config.edge {
         let raw = section(top, "edge");
         put(raw, "burst", json!(edge.rate.burst));
@@ -158,11 +165,24 @@ fn limit(raw: &mut Map<String, Value>, config: &Config, index: usize) {
         put(raw, "max_delay", duration(rule.max_delay));
     }
     put(raw, "on_error", json!(on_error(rule.on_error)));
-    if let Some(rates) = raw.get_mut("rates").and_then(Value::as_array_mut) {
-        for (rate, window) in rates.iter_mut().zip(&rule.windows) {
-            if let Some(rate) = rate.as_object_mut() {
-                put(rate, "burst", json!(window.rate.burst));
+    fill_bursts(raw.get_mut("rates"), &rule.windows);
+    if let Some(tiers) = raw.get_mut("tiers").and_then(Value::as_object_mut) {
+        for (name, rates) in tiers.iter_mut() {
+            if let Some(Tier::Windows(windows)) = rule.tiers.get(name) {
+                fill_bursts(Some(rates), windows);
             }
+        }
+    }
+}
+
+/// Each rate of `rates` (as written) with the burst in force of its window.
+fn fill_bursts(rates: Option<&mut Value>, windows: &[Window]) {
+    let Some(rates) = rates.and_then(Value::as_array_mut) else {
+        return;
+    };
+    for (rate, window) in rates.iter_mut().zip(windows) {
+        if let Some(rate) = rate.as_object_mut() {
+            put(rate, "burst", json!(window.rate.burst));
         }
     }
 }
@@ -228,6 +248,7 @@ limits = ["per-key"]
 name = "per-key"
 key = ["header:x-api-key"]
 rates = [{ limit = 100, per = "1m" }]
+tiers = { pro = [{ limit = 1000, per = "1m" }] }
 "#;
         let config = super::super::parse_str(text, "gw.toml").unwrap();
         let shown = &config.document["config"];
@@ -249,6 +270,7 @@ rates = [{ limit = 100, per = "1m" }]
         assert_eq!(limit["missing"], "ip");
         assert_eq!(limit["action"], "reject");
         assert_eq!(limit["rates"][0]["burst"], 100);
+        assert_eq!(limit["tiers"]["pro"][0]["burst"], 1000);
         assert_eq!(shown["routes"][0]["cost"], 1);
         assert_eq!(shown["upstreams"][0]["balance"], "round_robin");
         assert_eq!(shown["upstreams"][0]["connect_timeout"], "2s");
