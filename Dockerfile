@@ -21,6 +21,8 @@ COPY Cargo.toml Cargo.lock build.rs ./
 ARG RLP_GIT_COMMIT
 COPY src ./src
 COPY benches ./benches
+# Cargo.toml names the example, so the manifest does not parse without it.
+COPY examples ./examples
 RUN if [ "$PGO" = 1 ]; then benches/pgo.sh && cp target/pgo/ratelimit-proxy /ratelimit-proxy; \
     else cargo build --release --locked && cp target/release/ratelimit-proxy /ratelimit-proxy; fi \
  && strip /ratelimit-proxy

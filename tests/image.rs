@@ -2,7 +2,8 @@
 //! with only the files the image has and RLP_UPSTREAM set, it passes `check`; without the
 //! variable it is refused, naming it. And the runtime stage's instructions an image needs:
 //! its ports, HEALTHCHECK, OCI labels. No Docker engine runs in CI, so the layout is rebuilt
-//! from the Dockerfile's lines; `.ci/rehearse-docker-build` runs the build.
+//! from the Dockerfile's lines; `.ci/rehearse-docker-build` runs the build. The build stage
+//! copies every file the manifest names (it once left out `examples/`, and the build failed).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -192,4 +193,75 @@ fn the_build_can_skip_pgo_and_the_context_leaves_out_build_output() {
             "{needed} is copied by the build"
         );
     }
+}
+
+/// The build stage's instructions: from its `FROM … AS build` to the next `FROM`.
+fn build_stage(dockerfile: &str) -> Vec<&str> {
+    let lines: Vec<&str> = dockerfile.lines().collect();
+    let start = lines
+        .iter()
+        .position(|line| line.starts_with("FROM ") && line.ends_with(" AS build"))
+        .expect("a build stage");
+    let end = lines[start + 1..]
+        .iter()
+        .position(|line| line.starts_with("FROM "))
+        .map_or(lines.len(), |at| start + 1 + at);
+    lines[start + 1..end].to_vec()
+}
+
+fn copy_tree(source: &Path, target: &Path) {
+    if source.is_dir() {
+        std::fs::create_dir_all(target).unwrap();
+        for entry in std::fs::read_dir(source).unwrap() {
+            let entry = entry.unwrap();
+            copy_tree(&entry.path(), &target.join(entry.file_name()));
+        }
+    } else {
+        std::fs::copy(source, target)
+            .unwrap_or_else(|error| panic!("copy {}: {error}", source.display()));
+    }
+}
+
+#[test]
+fn the_build_stage_copies_every_file_the_manifest_names() {
+    let context = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dockerfile = std::fs::read_to_string(context.join("Dockerfile")).unwrap();
+    let workdir = std::env::temp_dir().join(format!("rlp-build-stage-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&workdir);
+    std::fs::create_dir_all(&workdir).unwrap();
+    // `COPY a b ./` and `COPY dir ./dir`, relative to the stage's WORKDIR.
+    for line in build_stage(&dockerfile)
+        .iter()
+        .filter_map(|l| l.strip_prefix("COPY "))
+    {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let (dest, sources) = words.split_last().expect("COPY with a destination");
+        for source in sources {
+            let target = match dest.ends_with('/') {
+                true => workdir.join(dest).join(source),
+                false => workdir.join(dest),
+            };
+            copy_tree(&context.join(source), &target);
+        }
+    }
+    // A build of a binary that does not exist reads the whole manifest, every target's file
+    // included (`cargo metadata` does not), and stops there without compiling anything.
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .args([
+            "build",
+            "--offline",
+            "--bin",
+            "no-such-target",
+            "--manifest-path",
+        ])
+        .arg(workdir.join("Cargo.toml"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&workdir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("no bin target named `no-such-target`"),
+        "the manifest does not parse in the build stage: {stderr}"
+    );
 }
