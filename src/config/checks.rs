@@ -92,15 +92,15 @@ fn trusted_proxies(raw: &RawConfig) -> Vec<Warning> {
         .collect()
 }
 
-/// An admin listener anyone but this host can reach: /config, /metrics and /debug/limited
-/// have no authentication.
+/// An admin listener anyone but this host can reach: it has no authentication, and
+/// `/limits/NAME/reset` lets whoever reaches it clear a limit.
 fn admin_listen(raw: &RawConfig) -> Option<Warning> {
     let listen = &raw.admin.as_ref()?.listen;
     let addr = listen.parse::<SocketAddr>().ok()?;
     (!addr.ip().is_loopback()).then(|| Warning {
         path: "admin.listen".into(),
         message: format!(
-            "{} is not a loopback address: /config, /metrics and /debug/limited have no authentication, so keep this port off the internet (firewall it, or do not publish it from a container)",
+            "{} is not a loopback address: the admin endpoints have no authentication, and whoever reaches /limits/NAME/reset can clear any limit, so keep this port to your operators and probes (firewall it, or do not publish it from a container)",
             echo(listen)
         ),
     })
