@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use common::recording::read_head;
 use common::*;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty};
@@ -292,15 +293,8 @@ async fn raw_https_upstream(
                 };
                 let mut buffer = Vec::new();
                 loop {
-                    let head_end = loop {
-                        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                            break at + 4;
-                        }
-                        let mut chunk = [0u8; 4096];
-                        match stream.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                        }
+                    let Some(head_end) = read_head(&mut stream, &mut buffer).await else {
+                        return;
                     };
                     let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
                     let length: usize = head

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use common::recording::read_head;
 use common::*;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
@@ -118,20 +119,6 @@ async fn serve_raw(mut stream: TcpStream, then: Behaviour) {
                 tokio::time::sleep(Duration::from_millis(30)).await;
                 return;
             }
-        }
-    }
-}
-
-/// Reads until a whole request head is in `buffer`; returns where it ends.
-async fn read_head(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Option<usize> {
-    loop {
-        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            return Some(at + 4);
-        }
-        let mut chunk = [0u8; 4096];
-        match stream.read(&mut chunk).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
         }
     }
 }

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::recording::read_head;
 use common::*;
 use futures_util::future::join_all;
 use http::StatusCode;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// An upstream that answers `/slow` after 200 ms and keeps the connection, and runs `/report`
@@ -47,15 +48,8 @@ impl Drop for DroppingUpstream {
 async fn serve(mut stream: TcpStream, reports: Arc<AtomicUsize>) {
     let mut buffer = Vec::new();
     loop {
-        let head_end = loop {
-            if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at + 4;
-            }
-            let mut chunk = [0u8; 4096];
-            match stream.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
+        let Some(head_end) = read_head(&mut stream, &mut buffer).await else {
+            return;
         };
         let head = String::from_utf8_lossy(&buffer[..head_end]).into_owned();
         buffer.drain(..head_end);

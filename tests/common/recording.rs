@@ -204,3 +204,21 @@ async fn h2_status(addr: SocketAddr, raw: &Raw<'_>) -> u16 {
         Err(_) => RESET,
     }
 }
+
+/// Reads from `stream` until a whole head is in `buffer` (what was read before stays first);
+/// where the head ends, or None when the stream ends or fails first. For hand-written peers.
+pub async fn read_head<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    buffer: &mut Vec<u8>,
+) -> Option<usize> {
+    loop {
+        if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Some(at + 4);
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
