@@ -275,4 +275,32 @@ tiers = { pro = [{ limit = 1000, per = "1m" }] }
         assert_eq!(shown["upstreams"][0]["balance"], "round_robin");
         assert_eq!(shown["upstreams"][0]["connect_timeout"], "2s");
     }
+
+    #[test]
+    fn config_shows_the_plans_cache_time_in_force() {
+        let text = r#"
+[server]
+listen = ["127.0.0.1:0"]
+[store]
+backend = "redis"
+url = "redis://127.0.0.1:6379"
+[[upstreams]]
+name = "api"
+servers = ["http://127.0.0.1:9001"]
+[[routes]]
+name = "default"
+upstream = "api"
+limits = ["per-key"]
+[[limits]]
+name = "per-key"
+key = ["header:x-api-key"]
+rates = [{ limit = 100, per = "1m" }]
+tiers = { pro = [{ limit = 1000, per = "1m" }] }
+[plans]
+key = "header:x-api-key"
+redis_hash = "tiers"
+"#;
+        let config = super::super::parse_str(text, "gw.toml").unwrap();
+        assert_eq!(config.document["config"]["plans"]["redis_ttl"], "10s");
+    }
 }
