@@ -2,7 +2,8 @@
 //! deadlines: `tunnel_idle_timeout` (no byte either way) and `tunnel_send_timeout` (a side
 //! that takes nothing written to it). Without them a tunnel whose peer stopped reading held
 //! its connection slot and buffers for good. Tunnels are rare and long, so each has a timer of
-//! its own that looks at progress counters a few times per deadline.
+//! its own that looks at progress counters a few times per deadline. Between bursts a tunnel
+//! holds no buffer (`copy`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -18,6 +19,8 @@ use super::upstream::ClientDeadlines;
 use crate::http1::upgrade::PendingUpgrade;
 use crate::metrics::Deadline;
 
+mod copy;
+
 /// Copies bytes both ways between the upgraded client and upstream connections until either
 /// side closes or a deadline fires.
 pub async fn tunnel(client: PendingUpgrade, upstream: Upgraded, deadlines: ClientDeadlines) {
@@ -31,7 +34,7 @@ pub async fn tunnel(client: PendingUpgrade, upstream: Upgraded, deadlines: Clien
     let progress = Arc::new(Progress::default());
     let mut client = Watched::new(client, Side::Client, &progress);
     let mut upstream = Watched::new(upstream, Side::Upstream, &progress);
-    let copying = tokio::io::copy_bidirectional(&mut client, &mut upstream);
+    let copying = copy::copy_both_ways(&mut client, &mut upstream);
     tokio::pin!(copying);
     let mut watch = TunnelWatch::new(&deadlines, Instant::now());
     let mut ticks = tokio::time::interval(watch.period);
