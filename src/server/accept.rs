@@ -1,6 +1,8 @@
 //! The accept loop of one listener: a connection slot (of `max_connections`) first, then the
 //! socket, then the TLS handshake when the listener has one, then the connection's task.
 
+use tokio_rustls::server::TlsStream;
+
 use super::*;
 
 pub(super) struct AcceptLoop {
@@ -29,17 +31,29 @@ impl AcceptLoop {
             match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
-                    self.serving
-                        .connections
-                        .spawn(self.serve(stream, peer, slot));
+                    // Plain and TLS connections are tasks of their own types: a task is as
+                    // large as the largest state its future can be in, and a plain
+                    // connection's need not hold room for a TLS session and its handshake.
+                    match &self.tls {
+                        None => self
+                            .serving
+                            .connections
+                            .spawn(self.serve_plain(stream, peer, slot)),
+                        Some(tls) => self.serving.connections.spawn(self.serve_tls(
+                            tls.clone(),
+                            stream,
+                            peer,
+                            slot,
+                        )),
+                    };
                 }
                 Err(error) => accept_failed(error).await,
             }
         }
     }
 
-    /// Serves one accepted connection, after a TLS handshake on TLS listeners.
-    fn serve(
+    /// Serves one accepted connection of a plain listener.
+    fn serve_plain(
         &self,
         stream: TcpStream,
         peer: SocketAddr,
@@ -51,32 +65,59 @@ impl AcceptLoop {
             stop,
             ..
         } = self.serving.clone();
-        let tls = self.tls.clone();
+        let client = (peer, "http", Protocols::Any);
+        connection::serve((stream, slot), client, runtime, settings, stop)
+    }
+
+    /// Serves one accepted connection of a TLS listener, after its handshake.
+    fn serve_tls(
+        &self,
+        tls: Arc<TlsEntry>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        slot: OwnedSemaphorePermit,
+    ) -> impl Future<Output = ()> + use<> {
+        let Serving {
+            runtime,
+            settings,
+            stop,
+            ..
+        } = self.serving.clone();
         async move {
-            match tls {
-                None => {
-                    let client = (peer, "http", Protocols::Any);
-                    connection::serve((stream, slot), client, runtime, settings, stop).await
-                }
-                Some(tls) => {
-                    let handshake =
-                        tokio::time::timeout(tls.handshake_timeout, tls.acceptor.accept(stream));
-                    match handshake.await {
-                        Ok(Ok(stream)) => {
-                            // HTTP/2 over TLS only when ALPN chose it (RFC 9113 §3.3).
-                            let alpn = stream.get_ref().1.alpn_protocol();
-                            let protocols = match alpn {
-                                Some(b"http/1.1") => Protocols::Http1Only,
-                                _ => Protocols::Any,
-                            };
-                            let client = (peer, "https", protocols);
-                            connection::serve((stream, slot), client, runtime, settings, stop).await
-                        }
-                        Ok(Err(error)) => handshake_failed(&tls, peer, &error.to_string()),
-                        Err(_) => handshake_failed(&tls, peer, "handshake_timeout passed"),
-                    }
-                }
-            }
+            // Boxed, the handshake's state is freed before the connection is served, and the
+            // session it makes is moved as a pointer: a TLS session is over a kilobyte, and a
+            // future holds room for each place a value it owns moves through.
+            let Some(stream) = Box::pin(handshake(&tls, stream, peer)).await else {
+                return;
+            };
+            // HTTP/2 over TLS only when ALPN chose it (RFC 9113 §3.3).
+            let protocols = match stream.get_ref().1.alpn_protocol() {
+                Some(b"http/1.1") => Protocols::Http1Only,
+                _ => Protocols::Any,
+            };
+            drop(tls);
+            let client = (peer, "https", protocols);
+            connection::serve((stream, slot), client, runtime, settings, stop).await
+        }
+    }
+}
+
+/// The TLS session of a connection, boxed; None when its handshake failed or took longer than
+/// `handshake_timeout`.
+async fn handshake(
+    tls: &TlsEntry,
+    stream: TcpStream,
+    peer: SocketAddr,
+) -> Option<Box<TlsStream<TcpStream>>> {
+    match tokio::time::timeout(tls.handshake_timeout, tls.acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => Some(Box::new(stream)),
+        Ok(Err(error)) => {
+            handshake_failed(tls, peer, &error.to_string());
+            None
+        }
+        Err(_) => {
+            handshake_failed(tls, peer, "handshake_timeout passed");
+            None
         }
     }
 }

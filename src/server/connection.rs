@@ -47,47 +47,74 @@ pub enum Protocols {
 /// Serves one connection from `(peer, proto, protocols)`; `proto` ("http" or "https") is what
 /// X-Forwarded-Proto says. `slot` (of `max_connections`) is held as long as the connection's
 /// socket, also by a tunnel it was upgraded to.
-pub async fn serve<S>(
+pub fn serve<S>(
     (stream, slot): (S, OwnedSemaphorePermit),
     (peer, proto, protocols): (SocketAddr, &'static str, Protocols),
     runtime: Arc<ArcSwap<Runtime>>,
     settings: Arc<ConnectionSettings>,
     stop: CancellationToken,
-) where
+) -> impl Future<Output = ()> + Send + 'static
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // Made here, before the task runs: the task's future then holds each once, where it is
+    // used, instead of the arguments and again what was made of them. What one idle
+    // connection costs is mostly this future (docs/PERFORMANCE.md, "Idle connections").
     let activity = Arc::new(Activity::new());
     let client = ClientConnection::new(peer, proto);
-    let io = WatchedIo {
+    let mut connection = http1::Connection::new(WatchedIo {
         stream,
         activity: activity.clone(),
         read_ahead: BytesMut::new(),
         _slot: slot,
-    };
-    // The task wakes once or twice per request for the connection; the shutdown signal and the
-    // watch's timer are polled only when one of them woke it (each cost ~200 instructions to
-    // poll), behind one flag (each flag of its own was a cache miss per wake under load).
-    let stopping = pin!(stop.cancelled());
-    let watch = IdleWatch::new(&settings.deadlines);
-    let checking = pin!(tokio::time::sleep_until(watch.next_check));
-    let mut guard = Guard {
-        alarms: OnlyWhenWoken::new(Alarms { stopping, checking }),
-        watch,
-        activity: &activity,
-    };
-    let answerer = http1::Answerer {
-        runtime: &runtime,
-        client: &client,
-        activity: &activity,
-        http2_allowed: protocols == Protocols::Any,
-        max_header_bytes: runtime.load().max_header_bytes,
-    };
-    let io = match http1::serve(io, &answerer, &mut guard).await {
-        http1::Ended::Closed => return,
-        http1::Ended::Http2(io) => io,
-    };
+    });
+    async move {
+        // The task wakes once or twice per request for the connection; the shutdown signal
+        // and the watch's timer are polled only when one of them woke it (each cost ~200
+        // instructions to poll), behind one flag (each flag of its own was a cache miss per
+        // wake under load).
+        let stopping = pin!(stop.cancelled());
+        let watch = IdleWatch::new(&settings.deadlines);
+        let checking = pin!(tokio::time::sleep_until(watch.next_check));
+        let mut guard = Guard {
+            alarms: OnlyWhenWoken::new(Alarms { stopping, checking }),
+            watch,
+            activity: &activity,
+        };
+        let answerer = http1::Answerer {
+            runtime: &runtime,
+            client: &client,
+            activity: &activity,
+            http2_allowed: protocols == Protocols::Any,
+            max_header_bytes: runtime.load().max_header_bytes,
+        };
+        match connection.run(&answerer, &mut guard).await {
+            http1::Ended::Closed => {}
+            http1::Ended::Upgrade(upgrade) => {
+                if !upgrade.send(Box::new(connection.into_io())) {
+                    tracing::debug!(peer = %client.peer, "the upgraded connection's tunnel is gone");
+                }
+            }
+            http1::Ended::Http2 => {
+                // hyper's HTTP/2 connection is kilobytes of state: allocated for the
+                // connections that speak it, not in every connection's task.
+                let io = connection.into_io();
+                Box::pin(serve_http2(io, runtime, client, &mut guard, &settings)).await;
+            }
+        }
+    }
+}
 
-    let service_activity = activity.clone();
+/// Serves a connection that began with the HTTP/2 preface (put back in `io`) with hyper.
+async fn serve_http2<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    io: WatchedIo<S>,
+    runtime: Arc<ArcSwap<Runtime>>,
+    client: ClientConnection,
+    guard: &mut impl Watch,
+    settings: &ConnectionSettings,
+) {
+    let peer = client.peer;
+    let service_activity = io.activity.clone();
     let service = service_fn(move |request| {
         // In flight until its response body is done with: that is also when its request body
         // is (the upstream exchange that reads it lives in the response body).
@@ -134,7 +161,7 @@ pub async fn serve<S>(
 /// The shutdown signal and the idle and slow-head deadlines of one connection.
 struct Guard<'a, S> {
     alarms: OnlyWhenWoken<Alarms<S, Pin<&'a mut tokio::time::Sleep>>>,
-    watch: IdleWatch,
+    watch: IdleWatch<'a>,
     activity: &'a Activity,
 }
 
@@ -268,5 +295,48 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for WatchedIo<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::Semaphore;
+
+    use super::*;
+    use crate::metrics::Metrics;
+
+    /// What a plain connection's future may be, in the debug build tests run in: 888 bytes
+    /// when this was written (the release build's whole task, the future with tokio's header,
+    /// is 1,024, `-Zprint-type-sizes`). An idle connection costs mostly its task, so a change
+    /// that makes it hold a request's state (~8 KiB) or hyper's HTTP/2 connection again fails
+    /// here (docs/PERFORMANCE.md, "Idle connections").
+    const MAX_DEBUG_FUTURE: usize = 1024;
+
+    #[tokio::test]
+    async fn a_connections_future_holds_no_request_and_no_http2_state() {
+        let config = crate::config::parse_str(
+            "[[upstreams]]\nname = \"u\"\nservers = [\"http://127.0.0.1:9\"]\n[[routes]]\nname = \"d\"\nupstream = \"u\"\n",
+            "gw.toml",
+        )
+        .unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let runtime = Runtime::new(&config, metrics.clone()).unwrap();
+        let settings = super::super::connection_settings(&config.server, metrics.timeouts.clone());
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, peer) = listener.accept().await.unwrap();
+        let slot = Arc::new(Semaphore::new(1)).acquire_owned().await.unwrap();
+        let serving = serve(
+            (stream, slot),
+            (peer, "http", Protocols::Any),
+            Arc::new(ArcSwap::from_pointee(runtime)),
+            Arc::new(settings),
+            CancellationToken::new(),
+        );
+        let size = std::mem::size_of_val(&serving);
+        assert!(size <= MAX_DEBUG_FUTURE, "{size} bytes");
     }
 }

@@ -156,10 +156,11 @@ pub struct WatchedDeadlines {
 /// Checks a connection a few times per deadline, so an idle connection closes within 1.25×
 /// `idle_timeout`, a slow head within 1.25× `header_read_timeout` and a stalled send within
 /// 1.25× `send_timeout`, without a timer reset per request.
-pub(super) struct IdleWatch {
+pub(super) struct IdleWatch<'a> {
     pub(super) next_check: Instant,
     period: Duration,
-    deadlines: WatchedDeadlines,
+    /// The connection settings' own: every connection holds one of these.
+    deadlines: &'a WatchedDeadlines,
     seen_started: u64,
     quiet_since: Instant,
     seen_sent: u64,
@@ -168,8 +169,8 @@ pub(super) struct IdleWatch {
     next_send_tick: Instant,
 }
 
-impl IdleWatch {
-    pub(super) fn new(deadlines: &WatchedDeadlines) -> IdleWatch {
+impl<'a> IdleWatch<'a> {
+    pub(super) fn new(deadlines: &'a WatchedDeadlines) -> IdleWatch<'a> {
         let now = Instant::now();
         let shortest = (deadlines.idle_timeout)
             .min(deadlines.header_read_timeout)
@@ -178,7 +179,7 @@ impl IdleWatch {
         IdleWatch {
             next_check: now + period,
             period,
-            deadlines: deadlines.clone(),
+            deadlines,
             seen_started: 0,
             quiet_since: now,
             seen_sent: 0,
@@ -268,7 +269,7 @@ mod tests {
     }
 
     /// Runs the watch's checks as its timer would, for `span`.
-    async fn checks_for(watch: &mut IdleWatch, activity: &Activity, span: Duration) -> bool {
+    async fn checks_for(watch: &mut IdleWatch<'_>, activity: &Activity, span: Duration) -> bool {
         let end = Instant::now() + span;
         while Instant::now() < end {
             tokio::time::sleep_until(watch.next_check).await;
@@ -283,7 +284,8 @@ mod tests {
     async fn a_blocked_write_is_cut_after_send_timeout_and_any_progress_restarts_the_wait() {
         let activity = Arc::new(Activity::new());
         let _answering = Answering::begin(&activity, http::Version::HTTP_11);
-        let mut watch = IdleWatch::new(&deadlines(Duration::from_secs(4)));
+        let deadlines = deadlines(Duration::from_secs(4));
+        let mut watch = IdleWatch::new(&deadlines);
         activity.write_blocked();
         assert!(!checks_for(&mut watch, &activity, Duration::from_secs(3)).await);
         // One write goes through, then the socket blocks again: a new wait.
@@ -301,7 +303,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stream_waiting_for_its_window_is_cut_after_four_to_five_quarters() {
         let activity = Arc::new(Activity::new());
-        let mut watch = IdleWatch::new(&deadlines(Duration::from_secs(4)));
+        let deadlines = deadlines(Duration::from_secs(4));
+        let mut watch = IdleWatch::new(&deadlines);
         // A stream that waits and resumes within the timeout, again and again, is never cut.
         for _ in 0..6 {
             let bucket = activity.stream_waits();

@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 use arc_swap::ArcSwap;
 use bytes::BytesMut;
 use http::{Response, StatusCode, Version};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, WriteHalf};
 
 use super::watch::{Activity, Answering};
 use crate::http1::HeadError;
@@ -21,6 +21,7 @@ use crate::http1::upgrade::UpgradeSender;
 use crate::proxy::{self, ClientConnection, Runtime};
 use crate::respond::ResponseBody;
 
+mod buffers;
 mod closing;
 mod fate;
 mod reader;
@@ -32,8 +33,6 @@ use crate::http1::request_head::{Arriving, Parsed, parse_request};
 use reader::{Pumped, Reader};
 use write::{send_continue, write_response, write_watched};
 
-/// A write buffer grown past this by a large response is not kept for the next.
-const MAX_IDLE_WRITE_BUFFER: usize = 128 * 1024;
 /// The first bytes of every HTTP/2 connection (RFC 9113 §3.4).
 const HTTP2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
@@ -61,10 +60,12 @@ pub(super) trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
 }
 
 /// How serving here ended.
-pub(super) enum Ended<S> {
+pub(super) enum Ended {
     Closed,
-    /// The connection starts with the HTTP/2 preface: for hyper, the preface put back.
-    Http2(S),
+    /// The connection starts with the HTTP/2 preface, which `Connection::into_io` puts back.
+    Http2,
+    /// The 101 is written: the connection (`Connection::into_io`) goes to the tunnel.
+    Upgrade(UpgradeSender),
 }
 
 /// What is needed to answer a request.
@@ -78,77 +79,75 @@ pub(super) struct Answerer<'a> {
     pub max_header_bytes: usize,
 }
 
-/// Serves requests until the connection closes, is upgraded, or turns out to be HTTP/2.
-pub(super) async fn serve<S: ClientIo, W: Watch>(
-    mut io: S,
-    answerer: &Answerer<'_>,
-    watch: &mut W,
-) -> Ended<S> {
-    let mut read = BytesMut::with_capacity(8 * 1024);
-    if answerer.http2_allowed {
-        match starts_with_preface(&mut io, &mut read, watch).await {
-            Some(true) => {
-                io.put_back(read);
-                return Ended::Http2(io);
-            }
-            Some(false) => {}
-            None => return Ended::Closed,
-        }
-    }
-    // Room above max_header_bytes, so that `proxy` answers a head a little over it with the
-    // limit that applies to the request line and fields together; past this, the server does.
-    let max_head = answerer.max_header_bytes * 2 + 8192;
-    let (reader, writer) = tokio::io::split(io);
-    let mut connection = Connection {
-        reader: Reader::new(reader, read),
-        writer,
-        out: Vec::new(),
-    };
-    // Pinned where they are made, here and below: `.await` on a call first moves the whole
-    // future (room for every one of its states) into place.
-    let upgrade = pin!(connection.serve(answerer, watch, max_head)).await;
-    if let Some(upgrade) = upgrade {
-        let Connection { reader, writer, .. } = connection;
-        let mut io = reader.io.unsplit(writer);
-        io.put_back(reader.read);
-        if !upgrade.send(Box::new(io)) {
-            tracing::debug!(peer = %answerer.client.peer, "the upgraded connection's tunnel is gone");
-        }
-    }
-    Ended::Closed
-}
-
-/// Reads until the bytes differ from the HTTP/2 preface (false) or are all of it (true);
-/// None when the connection closes first.
-async fn starts_with_preface<S: AsyncRead + Unpin, W: Watch>(
-    io: &mut S,
-    read: &mut BytesMut,
-    watch: &mut W,
-) -> Option<bool> {
-    loop {
-        let n = read.len().min(HTTP2_PREFACE.len());
-        if read[..n] != HTTP2_PREFACE[..n] {
-            return Some(false);
-        }
-        if n == HTTP2_PREFACE.len() {
-            return Some(true);
-        }
-        tokio::select! {
-            biased;
-            got = io.read_buf(read) => if !matches!(got, Ok(n) if n > 0) {
-                return None;
-            },
-            _ = poll_fn(|cx| watch.poll_close(cx)) => return None,
-        }
-    }
-}
-
 /// One HTTP/1 connection, split so that a request body is read while its answer is written.
-struct Connection<S> {
+pub(super) struct Connection<S> {
     reader: Reader<S>,
     writer: WriteHalf<S>,
-    /// Allocated by the first response: an idle connection keeps only its read buffer.
+    /// Lent while a response is written (`buffers`): an idle connection holds none.
     out: Vec<u8>,
+}
+
+impl<S: ClientIo> Connection<S> {
+    /// Made before the connection's task first runs, so that its future holds the connection
+    /// once, in place, rather than the socket and then the connection made of it.
+    pub(super) fn new(io: S) -> Connection<S> {
+        let (reader, writer) = tokio::io::split(io);
+        Connection {
+            // No buffer until bytes arrive: a connection opened and left silent holds none.
+            reader: Reader::new(reader, BytesMut::new()),
+            writer,
+            out: Vec::new(),
+        }
+    }
+
+    /// The connection again, with the bytes read and not served put back (for HTTP/2 or a
+    /// tunnel).
+    pub(super) fn into_io(self) -> S {
+        let mut io = self.reader.io.unsplit(self.writer);
+        io.put_back(self.reader.read);
+        io
+    }
+
+    /// Serves requests until the connection closes, is upgraded, or turns out to be HTTP/2.
+    pub(super) async fn run<W: Watch>(&mut self, answerer: &Answerer<'_>, watch: &mut W) -> Ended {
+        if answerer.http2_allowed {
+            match self.starts_with_preface(watch).await {
+                Some(true) => return Ended::Http2,
+                Some(false) => {}
+                None => return Ended::Closed,
+            }
+        }
+        // Room above max_header_bytes, so that `proxy` answers a head a little over it with
+        // the limit that applies to the request line and fields together; past this, the
+        // server does.
+        let max_head = answerer.max_header_bytes * 2 + 8192;
+        match self.serve(answerer, watch, max_head).await {
+            Some(upgrade) => Ended::Upgrade(upgrade),
+            None => Ended::Closed,
+        }
+    }
+
+    /// Reads until the bytes differ from the HTTP/2 preface (false) or are all of it (true);
+    /// None when the connection closes first.
+    async fn starts_with_preface<W: Watch>(&mut self, watch: &mut W) -> Option<bool> {
+        loop {
+            let read = &self.reader.read;
+            let n = read.len().min(HTTP2_PREFACE.len());
+            if read[..n] != HTTP2_PREFACE[..n] {
+                return Some(false);
+            }
+            if n == HTTP2_PREFACE.len() {
+                return Some(true);
+            }
+            tokio::select! {
+                biased;
+                got = self.reader.read_more() => if !got {
+                    return None;
+                },
+                _ = poll_fn(|cx| watch.poll_close(cx)) => return None,
+            }
+        }
+    }
 }
 
 /// What became of one request.
@@ -173,11 +172,23 @@ impl<S: ClientIo> Connection<S> {
         max_head: usize,
     ) -> Option<UpgradeSender> {
         loop {
-            let served = pin!(self.serve_next(answerer, watch, max_head)).await;
+            if self.reader.read.is_empty() {
+                // Idle until the next request's first bytes, holding no buffer meanwhile.
+                buffers::give_back_read(&mut self.reader.read);
+                buffers::give_back_write(&mut self.out);
+                if !pin!(self.head_arrives(answerer, watch)).await {
+                    return None;
+                }
+            }
+            // A request's state (its head, the pipeline's future, the writing) is allocated
+            // once its first bytes are here and freed when it is answered, so that an idle
+            // connection's task holds none of it: a few hundred bytes rather than kilobytes.
+            let served = Box::pin(self.serve_next(answerer, watch, max_head)).await;
             match served {
                 Served::Next => {}
                 Served::Close => {
-                    self.close().await;
+                    // Boxed: the lingering close's state is needed once, at the end.
+                    Box::pin(self.close()).await;
                     return None;
                 }
                 Served::Abort => return None,
@@ -187,9 +198,6 @@ impl<S: ClientIo> Connection<S> {
                 // A pipelined head that began to arrive while this one was answered is timed
                 // from now.
                 answerer.activity.bytes_arrived();
-            }
-            if self.out.capacity() > MAX_IDLE_WRITE_BUFFER {
-                self.out = Vec::new();
             }
         }
     }
@@ -275,6 +283,7 @@ impl<S: ClientIo> Connection<S> {
         let answer_to = self.connection_after(&response, answer_to, stopping);
         // Written here, not in a function of its own: the response and the writing future
         // are not moved once more.
+        buffers::lend_write(&mut self.out);
         let written = {
             let writing = pin!(write_response(
                 &mut self.writer,

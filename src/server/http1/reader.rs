@@ -7,16 +7,14 @@ use std::task::{Context, Poll, ready};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, ReadHalf};
-use tokio_util::io::poll_read_buf;
+
+use super::buffers::poll_read_lent;
 
 use crate::http1::framing::{Chunk, Framing, decode};
 use crate::http1::request_body::{BodyFeed, Demand};
 
 /// Bytes read ahead while a request is answered (pipelined requests); past this, reading waits.
 const MAX_READ_AHEAD: usize = 64 * 1024;
-/// Smallest room a read is given, and how much more a full buffer gets.
-const READ_ROOM: usize = 1024;
-const READ_GROWTH: usize = 8 * 1024;
 
 /// What reading asks of the connection's loop.
 #[derive(Debug, PartialEq, Eq)]
@@ -92,10 +90,7 @@ impl<S: AsyncRead> Reader<S> {
         if self.closed {
             return Poll::Ready(false);
         }
-        if self.read.capacity() - self.read.len() < READ_ROOM {
-            self.read.reserve(READ_GROWTH);
-        }
-        match ready!(poll_read_buf(Pin::new(&mut self.io), cx, &mut self.read)) {
+        match ready!(poll_read_lent(Pin::new(&mut self.io), cx, &mut self.read)) {
             Ok(n) if n > 0 => Poll::Ready(true),
             _ => {
                 self.closed = true;
