@@ -183,7 +183,13 @@ impl<S: ClientIo> Connection<S> {
             // A request's state (its head, the pipeline's future, the writing) is allocated
             // once its first bytes are here and freed when it is answered, so that an idle
             // connection's task holds none of it: a few hundred bytes rather than kilobytes.
-            let served = Box::pin(self.serve_next(answerer, watch, max_head)).await;
+            // Allocated first and then written, the future can be made in place rather than
+            // made on the stack and copied (its ~5 KB) into the allocation.
+            let next = Box::write(
+                Box::new_uninit(),
+                self.serve_next(answerer, watch, max_head),
+            );
+            let served = Box::into_pin(next).await;
             match served {
                 Served::Next => {}
                 Served::Close => {
