@@ -130,6 +130,7 @@ fn limits_decision(c: &mut Criterion) {
         max_delay: Duration::ZERO,
         exempt_lists: Vec::new(),
         on_error: OnError::Allow,
+        consistency: Default::default(),
     };
     let rules = vec![
         rule(

@@ -11,7 +11,7 @@ use super::rates::format_per;
 use crate::canonical::{EscapedSlashes, Underscores};
 use crate::client_ip::ForwardHeader;
 use crate::limit::key::Missing;
-use crate::limit::rules::{OnError, Tier, Window};
+use crate::limit::rules::{Consistency, OnError, Tier, Window};
 
 /// Fills the absent keys of `document` (the file as JSON) with `config`'s values.
 pub(super) fn fill(document: &mut Value, config: &Config) {
@@ -165,6 +165,13 @@ fn limit(raw: &mut Map<String, Value>, config: &Config, index: usize) {
         put(raw, "max_delay", duration(rule.max_delay));
     }
     put(raw, "on_error", json!(on_error(rule.on_error)));
+    match rule.consistency {
+        Consistency::Exact => put(raw, "consistency", json!("exact")),
+        Consistency::Approximate { sync_interval } => {
+            put(raw, "consistency", json!("approximate"));
+            put(raw, "sync_interval", duration(sync_interval));
+        }
+    }
     fill_bursts(raw.get_mut("rates"), &rule.windows);
     if let Some(tiers) = raw.get_mut("tiers").and_then(Value::as_object_mut) {
         for (name, rates) in tiers.iter_mut() {
