@@ -21,9 +21,13 @@ impl SyncMetrics {
     /// Registers the series (both results start at 0) and returns their handles.
     pub(super) fn register(registry: &mut Registry) -> SyncMetrics {
         let results = Family::<ResultLabel, Counter>::default();
+        // One statement each: a family's guard held while asking for another series would
+        // wait for itself.
+        let ok = results.get_or_create(&ResultLabel { result: "ok" }).clone();
+        let error = results.get_or_create(&ResultLabel { result: "error" }).clone();
         let syncs = SyncMetrics {
-            ok: results.get_or_create(&ResultLabel { result: "ok" }).clone(),
-            error: results.get_or_create(&ResultLabel { result: "error" }).clone(),
+            ok,
+            error,
             duration: latency_histogram(),
             // 1 to ~500k identity windows.
             identities: Histogram::new(exponential_buckets(1.0, 4.0, 10)),
