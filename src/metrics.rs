@@ -14,11 +14,11 @@ mod tests;
 mod timeouts;
 
 pub use exposition::Exposition;
-pub use syncs::SyncMetrics;
 pub use labels::{
     BackendKind, BackendLabel, DecisionLabel, LabelText, LimitDecisionLabels, NodeLabel,
     ResultLabel, RouteCode, RouteLabel, UpstreamCode, UpstreamLabel, UpstreamServerLabels,
 };
+pub use syncs::SyncMetrics;
 pub use timeouts::{Deadline, TimeoutCounters};
 
 use crate::limit::heavy_hitters::HeavyHitters;

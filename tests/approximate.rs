@@ -184,16 +184,26 @@ async fn an_exact_and_an_approximate_limit_on_one_route_are_all_or_nothing() {
         "{}[[limits]]\nname = \"global\"\nkey = [\"global\"]\nalgorithm = \"fixed_window\"\n\
          rates = [{{ limit = 10, per = \"1d\" }}]\nconsistency = \"approximate\"\n\
          sync_interval = \"1s\"\n",
-        limit("per-key", "fixed_window", "[{ limit = 3, per = \"1d\" }]", ""),
+        limit(
+            "per-key",
+            "fixed_window",
+            "[{ limit = 3, per = \"1d\" }]",
+            ""
+        ),
     );
     let store = redis_store(&server, "mixed:", "timeout = \"500ms\"");
-    let text = config(&upstream, &store, &[("/both", "per-key")], &limits)
-        .replace("limits = [\"per-key\"]", "limits = [\"per-key\", \"global\"]");
+    let text = config(&upstream, &store, &[("/both", "per-key")], &limits).replace(
+        "limits = [\"per-key\"]",
+        "limits = [\"per-key\", \"global\"]",
+    );
     let gateway = TestGateway::start(&text).await;
     // The first request knows no lease: both limits are decided by Redis, exactly.
     assert_eq!(status(&gateway, "/both", "a").await, StatusCode::OK);
     let synced = eventually(Duration::from_secs(5), async || {
-        let syncs = metric_sum(std::slice::from_ref(&gateway), "rlp_limit_syncs_total{result=\"ok\"}");
+        let syncs = metric_sum(
+            std::slice::from_ref(&gateway),
+            "rlp_limit_syncs_total{result=\"ok\"}",
+        );
         syncs.await >= 1
     });
     assert!(synced.await, "no lease sync");
@@ -204,7 +214,10 @@ async fn an_exact_and_an_approximate_limit_on_one_route_are_all_or_nothing() {
             allowed += 1;
         } else {
             assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
-            assert!(String::from_utf8_lossy(&body).contains("per-key"), "{body:?}");
+            assert!(
+                String::from_utf8_lossy(&body).contains("per-key"),
+                "{body:?}"
+            );
         }
     }
     assert_eq!(allowed, 10, "the global limit admits its 10 exactly");
@@ -212,7 +225,10 @@ async fn an_exact_and_an_approximate_limit_on_one_route_are_all_or_nothing() {
     for _ in 0..3 {
         let (answer, body) = call(&gateway, "/both", "d").await;
         assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert!(String::from_utf8_lossy(&body).contains("global"), "{body:?}");
+        assert!(
+            String::from_utf8_lossy(&body).contains("global"),
+            "{body:?}"
+        );
     }
     // At most a sync (one a second) in the time that took, never a call per request.
     let made = server.calls("evalsha") - evalsha;
@@ -249,7 +265,10 @@ async fn without_redis_the_limit_follows_on_error_after_the_stated_time_and_come
     assert!(fell_back.await, "on_error = \"deny\" never took over");
     let after = killed.elapsed();
     // The last sync that succeeded was at most one interval before the kill.
-    assert!(after >= Duration::from_millis(200), "fell back after {after:?}");
+    assert!(
+        after >= Duration::from_millis(200),
+        "fell back after {after:?}"
+    );
     assert!(metric_sum(gateways, "rlp_limit_syncs_total{result=\"error\"}").await >= 1);
     server.restart();
     let back = eventually(Duration::from_secs(10), async || {

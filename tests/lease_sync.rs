@@ -148,7 +148,14 @@ async fn a_lease_never_exceeds_what_is_left_and_the_exact_script_counts_it() {
     ));
     // Given back, the exact script may spend it.
     let w = window_of(now);
-    let given = [entry(Algorithm::FixedWindow, 10, SyncAsk { want: false, ..want(w, 4, 0) })];
+    let given = [entry(
+        Algorithm::FixedWindow,
+        10,
+        SyncAsk {
+            want: false,
+            ..want(w, 4, 0)
+        },
+    )];
     assert_eq!(sync(&store, "a", &given, now).await.grants[0].curr, 6);
     let outcome = store
         .check_all(std::slice::from_ref(&request), &["hot"], Some(now))
@@ -166,7 +173,10 @@ async fn a_give_back_for_an_ended_window_changes_nothing_in_the_new_one() {
     let now = START + 59_000_000_000;
     let w = window_of(now);
     let fixed = |ask| [entry(Algorithm::FixedWindow, 100, ask)];
-    assert_eq!(sync(&store, "a", &fixed(want(0, 0, 0)), now).await.grants[0].granted, 100);
+    assert_eq!(
+        sync(&store, "a", &fixed(want(0, 0, 0)), now).await.grants[0].granted,
+        100
+    );
     // Next window: 100 leased in the last one gives nothing back here; a fresh lease.
     let next = now + 2_000_000_000;
     let reply = sync(&store, "a", &fixed(want(w, 100, 0)), next).await;
@@ -188,7 +198,13 @@ async fn a_sliding_windows_lease_is_what_the_weighted_estimate_leaves() {
     let start = START + 30_000_000_000;
     let w = window_of(start);
     let sliding = |ask| [entry(Algorithm::SlidingWindow, 100, ask)];
-    assert_eq!(sync(&store, "a", &sliding(want(0, 0, 0)), start).await.grants[0].granted, 100);
+    assert_eq!(
+        sync(&store, "a", &sliding(want(0, 0, 0)), start)
+            .await
+            .grants[0]
+            .granted,
+        100
+    );
     // Half way into the next window the previous 100 weigh 50: 50 are left.
     let next = start + MINUTE;
     let reply = sync(&store, "a", &sliding(want(w, 0, 0)), next).await;

@@ -274,6 +274,7 @@ tiers = { pro = [{ limit = 1000, per = "1m" }] }
         );
         let limit = &shown["limits"][0];
         assert_eq!(limit["algorithm"], "token_bucket");
+        assert_eq!(limit["consistency"], "exact");
         assert_eq!(limit["missing"], "ip");
         assert_eq!(limit["action"], "reject");
         assert_eq!(limit["rates"][0]["burst"], 100);
@@ -309,5 +310,33 @@ redis_hash = "tiers"
 "#;
         let config = super::super::parse_str(text, "gw.toml").unwrap();
         assert_eq!(config.document["config"]["plans"]["redis_ttl"], "10s");
+    }
+
+    #[test]
+    fn config_shows_an_approximate_limits_sync_interval_in_force() {
+        let text = r#"
+[server]
+listen = ["127.0.0.1:0"]
+[store]
+backend = "redis"
+url = "redis://127.0.0.1:6379"
+[[upstreams]]
+name = "api"
+servers = ["http://127.0.0.1:9001"]
+[[routes]]
+name = "default"
+upstream = "api"
+limits = ["global"]
+[[limits]]
+name = "global"
+key = ["global"]
+algorithm = "fixed_window"
+rates = [{ limit = 100000, per = "1m" }]
+consistency = "approximate"
+"#;
+        let config = super::super::parse_str(text, "gw.toml").unwrap();
+        let limit = &config.document["config"]["limits"][0];
+        assert_eq!(limit["consistency"], "approximate");
+        assert_eq!(limit["sync_interval"], "100ms");
     }
 }

@@ -100,7 +100,10 @@ fn consistency(
     match raw.consistency.as_deref() {
         None | Some("exact") => {
             if raw.sync_interval.is_some() {
-                problems.push(interval_path, "only used with consistency = \"approximate\"");
+                problems.push(
+                    interval_path,
+                    "only used with consistency = \"approximate\"",
+                );
             }
             Consistency::Exact
         }
@@ -122,7 +125,9 @@ fn consistency(
             if sync_interval > LONGEST_SYNC_INTERVAL {
                 problems.push(
                     interval_path,
-                    format!("expected a duration above 0 and at most \"10s\", got {sync_interval:?}"),
+                    format!(
+                        "expected a duration above 0 and at most \"10s\", got {sync_interval:?}"
+                    ),
                 );
             }
             Consistency::Approximate { sync_interval }

@@ -270,7 +270,11 @@ pub(super) fn check_redis_arithmetic(limits: &[LimitRule], problems: &mut Proble
 /// Approximate limits lease counts from one Redis node's window keys (the memory store is
 /// already local: there they are exact). A cluster is refused: the lease sync is one call per
 /// node and is not built for a cluster's slots yet.
-pub(super) fn check_approximate(limits: &[LimitRule], store: &StoreConfig, problems: &mut Problems) {
+pub(super) fn check_approximate(
+    limits: &[LimitRule],
+    store: &StoreConfig,
+    problems: &mut Problems,
+) {
     let cluster = store.redis.as_ref().is_some_and(|redis| redis.cluster);
     for (i, rule) in limits.iter().enumerate() {
         if cluster && matches!(rule.consistency, Consistency::Approximate { .. }) {

@@ -86,7 +86,14 @@ impl Lease {
         if self.instances == 0 || now / per != self.window || (now + margin) / per != self.window {
             return LeaseCheck::NoLease;
         }
-        let global = check_cell(algorithm, self.cell(algorithm), now, rate, 0, Duration::ZERO);
+        let global = check_cell(
+            algorithm,
+            self.cell(algorithm),
+            now,
+            rate,
+            0,
+            Duration::ZERO,
+        );
         let (global_left, reset) = match global {
             WindowCheck::Allow {
                 remaining, reset, ..
@@ -103,7 +110,14 @@ impl Lease {
                 reset,
             };
         }
-        match check_cell(algorithm, self.cell(algorithm), now, rate, cost, Duration::ZERO) {
+        match check_cell(
+            algorithm,
+            self.cell(algorithm),
+            now,
+            rate,
+            cost,
+            Duration::ZERO,
+        ) {
             WindowCheck::Deny {
                 retry_after,
                 remaining,
@@ -138,7 +152,14 @@ impl Lease {
         let unused = self.granted - self.used;
         let current = now / rate.per_ns() == self.window;
         let keep = if current && want {
-            let global = check_cell(algorithm, self.cell(algorithm), now, rate, 0, Duration::ZERO);
+            let global = check_cell(
+                algorithm,
+                self.cell(algorithm),
+                now,
+                rate,
+                0,
+                Duration::ZERO,
+            );
             let left = match global {
                 WindowCheck::Allow { remaining, .. } | WindowCheck::Deny { remaining, .. } => {
                     remaining

@@ -103,18 +103,29 @@ impl Leases {
     /// Spends `request.cost` of its window's lease; `NoLease` registers the identity window
     /// (room permitting) so the next sync leases for it. Also gives the lease's window (for
     /// `release`).
-    pub fn check(&self, request: &WindowRequest, limit: &Arc<str>, now: Nanos) -> (LeaseCheck, u64) {
+    pub fn check(
+        &self,
+        request: &WindowRequest,
+        limit: &Arc<str>,
+        now: Nanos,
+    ) -> (LeaseCheck, u64) {
         let redis_now = self.redis_now(now);
         let window = redis_now / request.rate.per_ns();
-        let next_sync = Duration::from_nanos(
-            (self.next_sync.load(Ordering::Relaxed)).saturating_sub(now),
-        );
+        let next_sync =
+            Duration::from_nanos((self.next_sync.load(Ordering::Relaxed)).saturating_sub(now));
         let margin = self.margin.load(Ordering::Relaxed);
         let mut shard = self.shard(request.identity);
         if let Some(held) = shard.get_mut(&request.identity) {
             held.touched = now;
             let rate = &request.rate;
-            let check = (held.lease).check(held.algorithm, rate, redis_now, request.cost, margin, next_sync);
+            let check = (held.lease).check(
+                held.algorithm,
+                rate,
+                redis_now,
+                request.cost,
+                margin,
+                next_sync,
+            );
             return (check, window);
         }
         if self.held.load(Ordering::Relaxed) < self.max_identities {
@@ -207,7 +218,9 @@ impl Leases {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

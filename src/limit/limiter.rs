@@ -205,11 +205,14 @@ impl Limiter {
             Some(redis) => {
                 if let Some(leases) = self.stores.leases.as_deref()
                     && (requests.iter()).any(|r| {
-                        matches!(self.rules[r.group].consistency, Consistency::Approximate { .. })
+                        matches!(
+                            self.rules[r.group].consistency,
+                            Consistency::Approximate { .. }
+                        )
                     })
                 {
-                    let approximate =
-                        self.evaluate_approximate(redis, leases, requests, origins, route.cost, now);
+                    let approximate = self
+                        .evaluate_approximate(redis, leases, requests, origins, route.cost, now);
                     return Box::pin(approximate).await;
                 }
                 // Boxed, and owning its lists: every request's future (memory store or none)

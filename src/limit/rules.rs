@@ -61,7 +61,9 @@ pub enum OnError {
 pub enum Consistency {
     #[default]
     Exact,
-    Approximate { sync_interval: Duration },
+    Approximate {
+        sync_interval: Duration,
+    },
 }
 
 #[derive(Debug, Clone)]

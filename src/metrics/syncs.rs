@@ -24,7 +24,9 @@ impl SyncMetrics {
         // One statement each: a family's guard held while asking for another series would
         // wait for itself.
         let ok = results.get_or_create(&ResultLabel { result: "ok" }).clone();
-        let error = results.get_or_create(&ResultLabel { result: "error" }).clone();
+        let error = results
+            .get_or_create(&ResultLabel { result: "error" })
+            .clone();
         let syncs = SyncMetrics {
             ok,
             error,

@@ -208,14 +208,17 @@ fn stores(config: &Config, previous: Option<&Stores>, clock: &dyn Clock) -> Stor
                 )),
                 None => Arc::new(RedisStore::new(settings.clone(), config.server.workers)),
             });
-    let approximate = (config.limits.iter())
-        .any(|l| matches!(l.consistency, Consistency::Approximate { .. }));
+    let approximate =
+        (config.limits.iter()).any(|l| matches!(l.consistency, Consistency::Approximate { .. }));
     let leases = match (&redis, previous) {
         (None, _) => None,
         (Some(_), _) if !approximate => None,
         // The same store: the same leases (they name its keys).
         (Some(redis), Some(previous))
-            if previous.redis.as_ref().is_some_and(|p| Arc::ptr_eq(p, redis)) =>
+            if previous
+                .redis
+                .as_ref()
+                .is_some_and(|p| Arc::ptr_eq(p, redis)) =>
         {
             previous.leases.clone().or_else(|| Some(new_leases(clock)))
         }

@@ -74,7 +74,11 @@ impl SyncCall<'_> {
         let mut numbers = Vec::with_capacity(self.entries.len() * 9 * 8);
         for (entry, index) in self.entries.iter().zip(indices) {
             let ask = &entry.ask;
-            let code = if entry.algorithm == Algorithm::FixedWindow { 4 } else { 3 };
+            let code = if entry.algorithm == Algorithm::FixedWindow {
+                4
+            } else {
+                3
+            };
             let values = [
                 code,
                 index as u64,
@@ -96,7 +100,10 @@ impl SyncCall<'_> {
         for key in &keys {
             command.arg(key);
         }
-        let now = self.now.map(|ns| (ns / 1000).to_string()).unwrap_or_default();
+        let now = self
+            .now
+            .map(|ns| (ns / 1000).to_string())
+            .unwrap_or_default();
         let live_us = u64::try_from(self.live_for.as_micros()).unwrap_or(u64::MAX);
         command
             .arg(now.as_bytes())

@@ -78,7 +78,9 @@ impl SyncTask {
         for chunk in chunks {
             let started = std::time::Instant::now();
             let outcome = self.sync_chunk(chunk).await;
-            self.metrics.duration.observe(started.elapsed().as_secs_f64());
+            self.metrics
+                .duration
+                .observe(started.elapsed().as_secs_f64());
             match outcome {
                 Ok(()) => {
                     self.metrics.ok.inc();

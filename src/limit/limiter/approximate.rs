@@ -60,7 +60,13 @@ impl Limiter {
                     error: Some(error.clone()),
                 };
                 let fallback = self.fall_back(&split.stale.0, &split.stale.1, failed, &error, now);
-                combined = merge(combined, Evaluated { decision: fallback, store_error: Some(error) });
+                combined = merge(
+                    combined,
+                    Evaluated {
+                        decision: fallback,
+                        store_error: Some(error),
+                    },
+                );
                 if !matches!(combined.decision, LimitDecision::Allow { .. }) {
                     release(leases, &split.spent);
                     return combined;
@@ -115,7 +121,14 @@ impl Limiter {
                     split.spent.push((request.identity, window, request.cost));
                     allowed(remaining, reset)
                 }
-                (LeaseCheck::Deny { retry_after, remaining, reset }, _) => WindowCheck::Deny {
+                (
+                    LeaseCheck::Deny {
+                        retry_after,
+                        remaining,
+                        reset,
+                    },
+                    _,
+                ) => WindowCheck::Deny {
                     retry_after,
                     remaining,
                     reset,

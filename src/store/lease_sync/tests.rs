@@ -1,7 +1,13 @@
 use super::*;
 
 fn doubles(numbers: &[f64]) -> Reply {
-    Reply::Bulk(numbers.iter().flat_map(|n| n.to_le_bytes()).collect::<Vec<u8>>().into())
+    Reply::Bulk(
+        numbers
+            .iter()
+            .flat_map(|n| n.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into(),
+    )
 }
 
 #[test]
