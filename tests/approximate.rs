@@ -76,7 +76,19 @@ async fn load(
 /// within the limit plus the documented bound (0 for fixed_window), and Redis is called
 /// about 3 / sync_interval times a second over a steady interval, whatever the request rate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fleet_on_one_hot_key_admits_at_most_the_limit_with_a_redis_call_per_sync() {
+async fn a_fleet_on_one_hot_key_admits_at_most_a_fixed_windows_limit_with_a_redis_call_per_sync() {
+    a_fleet_on_one_hot_key("fixed_window").await;
+}
+
+/// The same with a sliding_window: the key is fresh (no previous window), so its weighted
+/// estimate is the current window's count, and the documented bound over it is 0 too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_one_hot_key_admits_at_most_a_sliding_windows_limit_with_a_redis_call_per_sync()
+{
+    a_fleet_on_one_hot_key("sliding_window").await;
+}
+
+async fn a_fleet_on_one_hot_key(algorithm: &str) {
     const LIMIT: usize = 300;
     const BOUND: usize = 0;
     // A run must not cross a minute: the window would start again.
@@ -88,7 +100,7 @@ async fn a_fleet_on_one_hot_key_admits_at_most_the_limit_with_a_redis_call_per_s
     let upstream = TestUpstream::ok("ok").await;
     let limits = limit(
         "hot",
-        "fixed_window",
+        algorithm,
         "[{ limit = 300, per = \"1m\" }]",
         "consistency = \"approximate\"\nsync_interval = \"100ms\"\non_error = \"deny\"",
     );
@@ -146,7 +158,7 @@ async fn a_fleet_on_one_hot_key_admits_at_most_the_limit_with_a_redis_call_per_s
         .sum();
     let requests = (answered_after - answered_before) as f64 / seconds;
     println!(
-        "admitted {admitted} of {} in {:?} (limit {LIMIT}, bound +{BOUND}: overshoot {}); \
+        "{algorithm}: admitted {admitted} of {} in {:?} (limit {LIMIT}, bound +{BOUND}: overshoot {}); \
          Redis: {evalsha:.1} EVALSHA/s and {others:.1} other calls/s at {requests:.0} requests/s",
         statuses.len(),
         started.elapsed(),

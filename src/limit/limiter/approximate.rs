@@ -21,9 +21,9 @@ use crate::store::{Small, WindowRequest};
 /// A route's windows sorted by how they are decided.
 #[derive(Default)]
 struct Split<'w> {
-    /// Decided here, from leases: the window, its origin, its check, and the lease window
-    /// its spend came from (when it spent).
+    /// Decided here, from leases: the window, its origin, its check.
     local: (Small<WindowRequest>, Small<&'w Window>, Small<WindowCheck>),
+    /// What the local windows that allowed spent: identity window, lease window, cost.
     spent: Small<(u128, u64, u64)>,
     /// Decided by Redis, exactly: exact limits, and approximate windows with no lease yet.
     exact: (Small<WindowRequest>, Small<&'w Window>),
