@@ -144,7 +144,7 @@ impl Metrics {
         let requests = Family::<RouteCode, Counter>::default();
         let timeouts = Family::<timeouts::KindLabel, Counter>::default();
         let mut registry = Registry::default();
-        let syncs = SyncMetrics::register(&mut registry);
+        let syncs = syncs::register(&mut registry);
         let mut metrics = Metrics {
             registry,
             syncs,

@@ -8,12 +8,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::{Leases, Outgoing};
 use crate::clock::Clock;
-use crate::metrics::SyncMetrics;
 use crate::store::lease_sync::SyncEntry;
 use crate::store::redis::{RedisStore, StoreError};
 
@@ -29,6 +30,15 @@ pub const LIVE_FOR_INTERVALS: u32 = 3;
 /// is merely slow is not an outage).
 pub fn stale_after(sync_interval: Duration, store_timeout: Duration) -> Duration {
     (sync_interval * 3).max(store_timeout * 3)
+}
+
+/// Handles of the sync metrics (`metrics/syncs.rs` registers them; clones share the series).
+#[derive(Clone)]
+pub struct SyncMetrics {
+    pub ok: Counter,
+    pub error: Counter,
+    pub duration: Histogram,
+    pub identities: Histogram,
 }
 
 /// What one sync task works with.
