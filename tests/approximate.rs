@@ -241,6 +241,17 @@ async fn an_exact_and_an_approximate_limit_on_one_route_are_all_or_nothing() {
             String::from_utf8_lossy(&body).contains("global"),
             "{body:?}"
         );
+        // Told as for an exact limit, from this gateway's view: the window is full until
+        // tomorrow.
+        let header = |name| {
+            answer
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap().to_string())
+        };
+        assert_eq!(header("x-ratelimit-remaining").as_deref(), Some("0"));
+        let retry_after: u64 = header("retry-after").unwrap().parse().unwrap();
+        assert!(retry_after > 1, "retry after {retry_after} s");
     }
     // At most a sync (one a second) in the time that took, never a call per request.
     let made = server.calls("evalsha") - evalsha;
