@@ -10,7 +10,8 @@
 # rounds, and the median of each round's own.
 #
 # Scenarios: (a) proxy only, (b) edge layer on, (c) edge + two memory-store limits, (d) the same
-# two limits in Redis, (e) a flood where 9 requests in 10 are denied (nginx: limit_req on the
+# two limits in Redis, (h) the two limits approximate (leases synced to the same Redis every
+# 100 ms; per-key a fixed_window, see APPROXIMATE_LIMITS in common.sh), (e) a flood where 9 requests in 10 are denied (nginx: limit_req on the
 # key, status 429), (f) p99 latency at a fixed rate of half nginx's peak (oha -q) against
 # direct-to-upstream, (g) HTTPS keep-alive (nginx ssl vs our TLS listener, same certificate).
 # Two controls bound what any proxy can reach here: `floor`, nginx answering 429 from its
@@ -66,7 +67,7 @@ for probe in $F_PROBES; do
   esac
 done
 # The wrk runs of each round, in order.
-ALL_SCENARIOS="nginx a b c d nginx-flood e floor nginx-tls g"
+ALL_SCENARIOS="nginx a b c d h nginx-flood e floor nginx-tls g"
 SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
 for scenario in $SCENARIOS; do
   case " $ALL_SCENARIOS " in
@@ -204,8 +205,13 @@ C_PORT=$OURS_PORT; C_PID=$OURS_PID
 ours d "$EDGE
 $(redis_store "$REDIS_PORT")" "" "$TWO_LIMITS"
 D_PORT=$OURS_PORT; D_PID=$OURS_PID
-for port in "$A_PORT" "$B_PORT" "$C_PORT" "$D_PORT" "$TLS_PORT" "$NGINX_TLS_PORT"; do wait_port "$port"; done
-[ "$SESSIONS" = shared ] || own_session "$A_PID" "$B_PID" "$C_PID" "$D_PID" "$(cat "$WORK/nginx.pid")"
+# (h) keys its Redis state under a prefix of its own: (d)'s per-ip windows are the same.
+ours h "$EDGE
+$(redis_store "$REDIS_PORT")
+key_prefix = \"h:\"" "" "$APPROXIMATE_LIMITS"
+H_PORT=$OURS_PORT; H_PID=$OURS_PID
+for port in "$A_PORT" "$B_PORT" "$C_PORT" "$D_PORT" "$H_PORT" "$TLS_PORT" "$NGINX_TLS_PORT"; do wait_port "$port"; done
+[ "$SESSIONS" = shared ] || own_session "$A_PID" "$B_PID" "$C_PID" "$D_PID" "$H_PID" "$(cat "$WORK/nginx.pid")"
 
 # (e)'s load: 1 request in 10 with a fresh key (allowed), 9 with one flooding key (denied).
 cat > "$WORK/flood.lua" <<'LUA'
@@ -254,6 +260,11 @@ for round in $(seq "$ROUNDS"); do
          requests=$(awk '/requests in/ {print $1}' "$WORK/$scenario-$round.txt")
          note=$(awk -v t=$(( $(cpu_ticks "$REDIS_PID") - redis_before )) -v hz="$(getconf CLK_TCK)" -v n="$requests" \
            'BEGIN { printf "+ redis-server %.1f µs/req", t / hz * 1e6 / n }') ;;
+      h) redis_before=$(cpu_ticks "$REDIS_PID")
+         line=$(run "$scenario-$round" "http://127.0.0.1:$H_PORT/bench" "$H_PID"); label="(h) ours, 2 approximate Redis limits"
+         requests=$(awk '/requests in/ {print $1}' "$WORK/$scenario-$round.txt")
+         note=$(awk -v t=$(( $(cpu_ticks "$REDIS_PID") - redis_before )) -v hz="$(getconf CLK_TCK)" -v n="$requests" \
+           'BEGIN { printf "+ redis-server %.2f µs/req", t / hz * 1e6 / n }') ;;
       nginx-flood) line=$(run "$scenario-$round" "http://127.0.0.1:$NGINX_PORT/flood" $NGINX_PIDS -- -s "$WORK/flood.lua"); label="nginx flood 90% denied" ;;
       e) line=$(run "$scenario-$round" "http://127.0.0.1:$C_PORT/flood" "$C_PID" -- -s "$WORK/flood.lua"); label="(e) ours, flood 90% denied" ;;
       floor) line=$(run "$scenario-$round" "http://127.0.0.1:$NGINX_PORT/floor" $NGINX_PIDS); label="floor: nginx return 429" ;;
@@ -271,7 +282,7 @@ done
 if [ "$ROUNDS" -gt 0 ]; then
 # What the ratios compare: a label, our scenario, nginx's.
 COMPARISONS=("(a) proxy only|a|nginx" "(b) edge layer|b|nginx" "(c) edge + 2 limits|c|nginx"
-  "(d) 2 Redis limits vs nginx (a)|d|nginx" "(e) flood vs nginx flood|e|nginx-flood" "(g) https keep-alive|g|nginx-tls")
+  "(d) 2 Redis limits vs nginx (a)|d|nginx" "(h) 2 approximate Redis limits vs nginx (a)|h|nginx" "(e) flood vs nginx flood|e|nginx-flood" "(g) https keep-alive|g|nginx-tls")
 # section HEADING FN: FN LABEL OURS THEIRS for each comparison, under HEADING; nothing at all
 # when no comparison had both its scenarios run (e.g. SCENARIOS="c floor").
 section() {

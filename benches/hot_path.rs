@@ -130,6 +130,7 @@ fn limits_decision(c: &mut Criterion) {
         max_delay: Duration::ZERO,
         exempt_lists: Vec::new(),
         on_error: OnError::Allow,
+        consistency: Default::default(),
     };
     let rules = vec![
         rule(
@@ -147,6 +148,7 @@ fn limits_decision(c: &mut Criterion) {
         memory: Arc::new(ratelimit_proxy::store::memory::MemoryStore::new(4_000_000)),
         redis: None,
         fallback_instances: 1,
+        leases: None,
     };
     let limiter = Limiter::new(rules, None, Some("secret"), stores);
     let route = RouteLimits {

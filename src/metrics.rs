@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 mod exposition;
 mod labels;
 mod process;
+mod syncs;
 #[cfg(test)]
 mod tests;
 mod timeouts;
@@ -17,6 +18,7 @@ pub use labels::{
     BackendKind, BackendLabel, DecisionLabel, LabelText, LimitDecisionLabels, NodeLabel,
     ResultLabel, RouteCode, RouteLabel, UpstreamCode, UpstreamLabel, UpstreamServerLabels,
 };
+pub use syncs::SyncMetrics;
 pub use timeouts::{Deadline, TimeoutCounters};
 
 use crate::limit::heavy_hitters::HeavyHitters;
@@ -68,6 +70,8 @@ pub struct Metrics {
     no_route: CountersByStatus,
     /// `rlp_timeouts_total{kind}`.
     pub timeouts: TimeoutCounters,
+    /// The lease syncs of approximate limits.
+    pub syncs: SyncMetrics,
 }
 
 /// The counters of one series family member by status code, each fetched from its family
@@ -139,8 +143,11 @@ impl Metrics {
     pub fn new() -> Metrics {
         let requests = Family::<RouteCode, Counter>::default();
         let timeouts = Family::<timeouts::KindLabel, Counter>::default();
+        let mut registry = Registry::default();
+        let syncs = syncs::register(&mut registry);
         let mut metrics = Metrics {
-            registry: Registry::default(),
+            registry,
+            syncs,
             no_route: requests_of(&requests, ""),
             requests,
             request_duration: Family::new_with_constructor(latency_histogram),

@@ -11,7 +11,7 @@ use super::rates::format_per;
 use crate::canonical::{EscapedSlashes, Underscores};
 use crate::client_ip::ForwardHeader;
 use crate::limit::key::Missing;
-use crate::limit::rules::{OnError, Tier, Window};
+use crate::limit::rules::{Consistency, OnError, Tier, Window};
 
 /// Fills the absent keys of `document` (the file as JSON) with `config`'s values.
 pub(super) fn fill(document: &mut Value, config: &Config) {
@@ -165,6 +165,13 @@ fn limit(raw: &mut Map<String, Value>, config: &Config, index: usize) {
         put(raw, "max_delay", duration(rule.max_delay));
     }
     put(raw, "on_error", json!(on_error(rule.on_error)));
+    match rule.consistency {
+        Consistency::Exact => put(raw, "consistency", json!("exact")),
+        Consistency::Approximate { sync_interval } => {
+            put(raw, "consistency", json!("approximate"));
+            put(raw, "sync_interval", duration(sync_interval));
+        }
+    }
     fill_bursts(raw.get_mut("rates"), &rule.windows);
     if let Some(tiers) = raw.get_mut("tiers").and_then(Value::as_object_mut) {
         for (name, rates) in tiers.iter_mut() {
@@ -267,6 +274,7 @@ tiers = { pro = [{ limit = 1000, per = "1m" }] }
         );
         let limit = &shown["limits"][0];
         assert_eq!(limit["algorithm"], "token_bucket");
+        assert_eq!(limit["consistency"], "exact");
         assert_eq!(limit["missing"], "ip");
         assert_eq!(limit["action"], "reject");
         assert_eq!(limit["rates"][0]["burst"], 100);
@@ -302,5 +310,33 @@ redis_hash = "tiers"
 "#;
         let config = super::super::parse_str(text, "gw.toml").unwrap();
         assert_eq!(config.document["config"]["plans"]["redis_ttl"], "10s");
+    }
+
+    #[test]
+    fn config_shows_an_approximate_limits_sync_interval_in_force() {
+        let text = r#"
+[server]
+listen = ["127.0.0.1:0"]
+[store]
+backend = "redis"
+url = "redis://127.0.0.1:6379"
+[[upstreams]]
+name = "api"
+servers = ["http://127.0.0.1:9001"]
+[[routes]]
+name = "default"
+upstream = "api"
+limits = ["global"]
+[[limits]]
+name = "global"
+key = ["global"]
+algorithm = "fixed_window"
+rates = [{ limit = 100000, per = "1m" }]
+consistency = "approximate"
+"#;
+        let config = super::super::parse_str(text, "gw.toml").unwrap();
+        let limit = &config.document["config"]["limits"][0];
+        assert_eq!(limit["consistency"], "approximate");
+        assert_eq!(limit["sync_interval"], "100ms");
     }
 }

@@ -9,7 +9,7 @@ use super::rates::{tiers, windows};
 use super::raw::{RawLimit, RawRoute};
 use crate::ip_set::IpSet;
 use crate::limit::key::{KeyPart, Missing};
-use crate::limit::rules::{LimitRule, OnError};
+use crate::limit::rules::{Consistency, LimitRule, OnError};
 use crate::limit::{Algorithm, Rate};
 use crate::store::script::MAX_WINDOWS;
 
@@ -79,8 +79,71 @@ fn limit(
         on_error: raw.on_error.as_deref().map_or(default_on_error, |t| {
             on_error(t, &format!("{path}.on_error"), problems)
         }),
+        consistency: consistency(raw, algorithm, path, problems),
     }
 }
+
+/// The longest `sync_interval`: an instance that has not synced for three of them falls back
+/// to `on_error`, and a lease older than a few seconds says little about the fleet.
+const LONGEST_SYNC_INTERVAL: Duration = Duration::from_secs(10);
+
+/// `consistency` and `sync_interval`. Approximate limits lease counts, which only adds up for
+/// algorithms whose state is a count: a bucket's or GCRA's state is a time that depends on
+/// the order of arrivals, and a sliding log needs every request's timestamp.
+fn consistency(
+    raw: &RawLimit,
+    algorithm: Algorithm,
+    path: &str,
+    problems: &mut Problems,
+) -> Consistency {
+    let interval_path = format!("{path}.sync_interval");
+    match raw.consistency.as_deref() {
+        None | Some("exact") => {
+            if raw.sync_interval.is_some() {
+                problems.push(
+                    interval_path,
+                    "only used with consistency = \"approximate\"",
+                );
+            }
+            Consistency::Exact
+        }
+        Some("approximate") => {
+            if !matches!(algorithm, Algorithm::FixedWindow | Algorithm::SlidingWindow) {
+                problems.push(
+                    format!("{path}.consistency"),
+                    format!(
+                        "\"approximate\" needs an algorithm whose counts add up: fixed_window or sliding_window, not {}",
+                        algorithm.name()
+                    ),
+                );
+            }
+            let sync_interval = problems.duration(
+                interval_path.clone(),
+                raw.sync_interval.as_deref(),
+                DEFAULT_SYNC_INTERVAL,
+            );
+            if sync_interval > LONGEST_SYNC_INTERVAL {
+                problems.push(
+                    interval_path,
+                    format!(
+                        "expected a duration above 0 and at most \"10s\", got {sync_interval:?}"
+                    ),
+                );
+            }
+            Consistency::Approximate { sync_interval }
+        }
+        Some(other) => {
+            problems.push(
+                format!("{path}.consistency"),
+                format!("expected \"exact\" or \"approximate\", got {}", echo(other)),
+            );
+            Consistency::Exact
+        }
+    }
+}
+
+/// `sync_interval` when an approximate limit does not say.
+pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 
 fn algorithm(raw: &RawLimit, path: &str, problems: &mut Problems) -> Algorithm {
     match raw.algorithm.as_deref() {

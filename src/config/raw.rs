@@ -118,6 +118,9 @@ pub struct RawLimit {
     pub action: Option<String>,
     pub max_delay: Option<String>,
     pub exempt_lists: Option<Vec<String>>,
+    /// `"exact"` (default) or `"approximate"` (leases synced every `sync_interval`).
+    pub consistency: Option<String>,
+    pub sync_interval: Option<String>,
     /// Tier name → array of rates, or "unlimited"; interpreted in `limits`.
     pub tiers: Option<toml::Table>,
 }

@@ -12,13 +12,15 @@ use super::RateStatus;
 use super::key::{
     Identity, IdentityBuilder, IdentityHasher, Missing, PartValue, RequestFacts, window_identity,
 };
-use super::rules::{LimitRule, OnError, Plans, Window};
+use super::leases::Leases;
+use super::rules::{Consistency, LimitRule, OnError, Plans, Window};
 use crate::clock::Nanos;
 use crate::http1::request_fields::Repeated;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisStore, StoreError};
 use crate::store::{Small, WindowRequest};
 
+mod approximate;
 mod decision;
 mod inspect;
 mod shared_store;
@@ -96,6 +98,8 @@ pub struct Stores {
     pub redis: Option<Arc<RedisStore>>,
     /// The local fallback enforces each limit divided by this.
     pub fallback_instances: u64,
+    /// The leases of approximate limits (with a Redis store, when a limit is approximate).
+    pub leases: Option<Arc<Leases>>,
 }
 
 pub struct Limiter {
@@ -199,6 +203,18 @@ impl Limiter {
                     .into()
             }
             Some(redis) => {
+                if let Some(leases) = self.stores.leases.as_deref()
+                    && (requests.iter()).any(|r| {
+                        matches!(
+                            self.rules[r.group].consistency,
+                            Consistency::Approximate { .. }
+                        )
+                    })
+                {
+                    let approximate = self
+                        .evaluate_approximate(redis, leases, requests, origins, route.cost, now);
+                    return Box::pin(approximate).await;
+                }
                 // Boxed, and owning its lists: every request's future (memory store or none)
                 // would otherwise be as large as the Redis call's.
                 let shared = self.evaluate_shared(redis, requests, origins, route.cost, now);

@@ -6,6 +6,8 @@ pub mod fixed_window;
 pub mod gcra;
 pub mod heavy_hitters;
 pub mod key;
+pub mod lease;
+pub mod leases;
 pub mod limiter;
 pub mod rules;
 pub mod sliding_log;

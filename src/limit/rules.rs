@@ -54,6 +54,18 @@ pub enum OnError {
     Local,
 }
 
+/// How a limit is counted with a Redis store: a script call per request (`Exact`), or
+/// decided in process from leases synced every `sync_interval` (`Approximate`, see
+/// `limiter/approximate.rs`). The memory store is exact either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Consistency {
+    #[default]
+    Exact,
+    Approximate {
+        sync_interval: Duration,
+    },
+}
+
 #[derive(Debug, Clone)]
 pub struct LimitRule {
     pub name: Arc<str>,
@@ -68,6 +80,7 @@ pub struct LimitRule {
     pub max_delay: Duration,
     pub exempt_lists: Vec<(String, Arc<IpSet>)>,
     pub on_error: OnError,
+    pub consistency: Consistency,
 }
 
 impl LimitRule {

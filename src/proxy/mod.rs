@@ -11,6 +11,7 @@ pub mod headers;
 mod health;
 pub mod http1;
 mod record;
+mod stores;
 mod tunnel;
 pub mod upstream;
 
@@ -30,13 +31,12 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, DeniedLines, ResponseStyle};
 use crate::edge::EdgeLayer;
 use crate::limit::key::KeyPart;
-use crate::limit::limiter::{Limiter, Stores};
+use crate::limit::limiter::Limiter;
 use crate::metrics::{LimitCounters, Metrics, RouteMetrics, UpstreamMetrics};
 use crate::request_id::{self, RequestId};
 use crate::respond::{self, GatewayError, ResponseBody};
 use crate::route::{Route, Router};
-use crate::store::memory::MemoryStore;
-use crate::store::redis::{RedisStore, StoreError};
+use crate::store::redis::StoreError;
 use admit::Admission;
 use headers::Forwarded;
 use prometheus_client::metrics::histogram::Histogram;
@@ -104,7 +104,7 @@ impl Runtime {
                     .map(Arc::new)
             })
             .collect();
-        let stores = stores(config, previous.map(|p| p.limiter.stores()));
+        let stores = stores::stores(config, previous.map(|p| p.limiter.stores()), &*clock);
         let limiter = Limiter::new(
             config.limits.clone(),
             config.plans.clone(),
@@ -155,36 +155,11 @@ impl Runtime {
     /// connections) until `stop`.
     pub fn start_background(&self, stop: &CancellationToken) {
         health::spawn_checkers(&self.upstreams, stop);
+        if let Some(sync) = self.lease_sync() {
+            tokio::spawn(sync.run(stop.clone()));
+        }
         let pools = self.upstreams.clone();
         tokio::spawn(connections::close_expired_until(pools, stop.clone()));
-    }
-}
-
-/// The stores of a new runtime: the previous ones where their settings did not change, so limit
-/// state, the Redis connection, its breaker and its denied keys survive a reload.
-fn stores(config: &Config, previous: Option<&Stores>) -> Stores {
-    let memory = match previous.map(|p| &p.memory) {
-        Some(memory) if memory.max_entries() == config.store.max_entries => memory.clone(),
-        _ => Arc::new(MemoryStore::new(config.store.max_entries)),
-    };
-    let redis =
-        config
-            .store
-            .redis
-            .as_ref()
-            .map(|settings| match previous.and_then(|p| p.redis.as_ref()) {
-                Some(redis) if redis.config() == settings => redis.clone(),
-                Some(redis) => Arc::new(RedisStore::succeeding(
-                    settings.clone(),
-                    config.server.workers,
-                    redis,
-                )),
-                None => Arc::new(RedisStore::new(settings.clone(), config.server.workers)),
-            });
-    Stores {
-        memory,
-        redis,
-        fallback_instances: config.store.fallback_instances,
     }
 }
 

@@ -15,6 +15,7 @@ mod resp;
 pub use resp::{
     Frame, LONGEST_BULK, Value as ReplyValue, parse as parse_reply, tree as reply_tree,
 };
+pub mod lease_sync;
 pub mod script;
 mod tiers;
 pub mod warm;

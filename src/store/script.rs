@@ -33,7 +33,12 @@ pub const SCRIPT: &str = concat!(
 
 /// Appends the key of a limit identity (`limit` is the limit's name), which holds its
 /// windows; a sliding log's window adds `:{window}` for a sorted set of its own.
-fn push_identity_key(key: &mut Vec<u8>, key_prefix: &str, limit: &str, limit_identity: u128) {
+pub(super) fn push_identity_key(
+    key: &mut Vec<u8>,
+    key_prefix: &str,
+    limit: &str,
+    limit_identity: u128,
+) {
     key.extend_from_slice(key_prefix.as_bytes());
     key.extend_from_slice(limit.as_bytes());
     key.extend_from_slice(b":{");

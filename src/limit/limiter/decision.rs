@@ -74,7 +74,7 @@ impl Limiter {
 
 /// Where the first of the statuses with the fewest requests remaining, then the longest
 /// reset, is (`min_by` keeps the first of equals, as the stable sort this replaced did).
-fn most_restrictive(statuses: &[RateStatus]) -> Option<usize> {
+pub(super) fn most_restrictive(statuses: &[RateStatus]) -> Option<usize> {
     statuses
         .iter()
         .enumerate()

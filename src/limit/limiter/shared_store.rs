@@ -91,7 +91,7 @@ impl Limiter {
     /// allow drops the limit, deny refuses the request, local checks the limit divided by
     /// `fallback_instances` in this process. Windows the store did check (a cluster's other
     /// identities) keep their answers.
-    fn fall_back(
+    pub(super) fn fall_back(
         &self,
         requests: &[WindowRequest],
         origins: &[&Window],

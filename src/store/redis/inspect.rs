@@ -56,7 +56,7 @@ impl RedisStore {
     }
 
     /// One command of its own (never merged), on the node of `key`'s slot.
-    async fn command(
+    pub(crate) async fn command(
         &self,
         key: &[u8],
         write: &(dyn Fn(&mut Vec<u8>) + Sync),
