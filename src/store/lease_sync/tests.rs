@@ -64,6 +64,7 @@ fn entries_of_one_identity_share_its_key_after_the_instances_set() {
         live_for: Duration::from_secs(1),
         entries: &entries,
         now: None,
+        mode: Mode::Node,
     };
     let (keys, indices) = call.keys();
     assert_eq!(keys.len(), 3);
