@@ -151,7 +151,9 @@ impl SyncCall<'_> {
             .as_bytes()
             .to_vec();
         let mut command = pipe::Command::new(out, 3 + 5 + keys.len());
-        command.arg(b"EVALSHA").arg(CLUSTER_SCRIPT.get_hash().as_bytes());
+        command
+            .arg(b"EVALSHA")
+            .arg(CLUSTER_SCRIPT.get_hash().as_bytes());
         command.arg(b"0").arg(now.as_bytes()).arg(instance);
         command.arg(&live_us).arg(&numbers).arg(&shared_by);
         for key in &keys {

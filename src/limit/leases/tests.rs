@@ -42,7 +42,12 @@ fn a_cold_identity_is_registered_leased_by_the_next_sync_then_decided_here() {
     let out = leases.outgoing(START, START + SECOND / 10);
     assert_eq!(out.len(), 1);
     assert!(out[0].ask.want);
-    leases.take(&out.iter().collect::<Vec<_>>(), &[grant(2)], 1, (START, START, START));
+    leases.take(
+        &out.iter().collect::<Vec<_>>(),
+        &[grant(2)],
+        1,
+        (START, START, START),
+    );
     for _ in 0..2 {
         assert!(matches!(
             leases.check(&request(1), &name, START).0,
@@ -74,7 +79,12 @@ fn an_identity_untouched_for_a_window_gives_its_lease_back_and_is_dropped() {
     let name: Arc<str> = Arc::from("l");
     leases.check(&request(1), &name, START);
     let out = leases.outgoing(START, START);
-    leases.take(&out.iter().collect::<Vec<_>>(), &[grant(50)], 1, (START, START, START));
+    leases.take(
+        &out.iter().collect::<Vec<_>>(),
+        &[grant(50)],
+        1,
+        (START, START, START),
+    );
     leases.check(&request(1), &name, START);
     // Touched since the last sync: carried, keeping its share.
     let out = leases.outgoing(START + SECOND, START + SECOND);
@@ -112,7 +122,12 @@ fn a_sync_measures_the_offset_to_redis_and_the_margin_from_its_round_trip() {
 fn on_a_cluster_each_slot_goes_stale_on_its_own() {
     let leases = Leases::new(10, START, true);
     let stale_after = Duration::from_millis(300);
-    let (a, b) = (1u128, (2u128..).find(|&i| identity_slot(i) != identity_slot(1)).unwrap());
+    let (a, b) = (
+        1u128,
+        (2u128..)
+            .find(|&i| identity_slot(i) != identity_slot(1))
+            .unwrap(),
+    );
     leases.mark_ok_slots(&[identity_slot(a)], START + SECOND);
     assert!(!leases.is_stale(START + SECOND + 1, stale_after, a));
     assert!(leases.is_stale(START + SECOND + 1, stale_after, b));
