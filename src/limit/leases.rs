@@ -66,7 +66,7 @@ pub struct Leases {
     /// one per cluster slot (a master's sync makes the identities of its slots fresh).
     last_ok: Box<[AtomicU64]>,
     /// The live instances the last sync that counted them read (shared by a cluster's
-    /// masters that do not hold the instances' set).
+    /// masters that do not hold the instances' set); 0 until one did.
     instances: AtomicU64,
     /// When the sync task next runs (local clock), for a client told to wait for a lease.
     next_sync: AtomicU64,
@@ -84,7 +84,7 @@ impl Leases {
             offset: AtomicI64::new(0),
             margin: AtomicU64::new(MARGIN_NS),
             last_ok: (0..clocks).map(|_| AtomicU64::new(now)).collect(),
-            instances: AtomicU64::new(1),
+            instances: AtomicU64::new(0),
             next_sync: AtomicU64::new(now),
         }
     }
@@ -243,7 +243,7 @@ impl Leases {
         self.instances.store(instances.max(1), Ordering::Relaxed);
     }
 
-    /// The live instances the last sync that counted them read.
+    /// The live instances the last sync that counted them read; 0 until one did.
     pub fn instances(&self) -> u64 {
         self.instances.load(Ordering::Relaxed)
     }

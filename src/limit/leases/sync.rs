@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Leases, Outgoing};
 use crate::clock::Clock;
 use crate::store::lease_sync::SyncEntry;
-use crate::store::redis::{RedisStore, StoreError};
+use crate::store::redis::{EXACT_LIMIT, RedisStore, StoreError};
 
 /// Identity windows per call: a sync of more makes several calls, so that no call keeps
 /// Redis busy for long.
@@ -133,7 +133,12 @@ impl SyncTask {
         live_for: Duration,
     ) -> Result<(), StoreError> {
         let sent = self.clock.now();
-        let shared_by = self.leases.instances();
+        // Before this gateway has counted the fleet, the other masters lease to it as to a
+        // huge fleet (a request each): never all that is left to a newcomer.
+        let shared_by = match self.leases.instances() {
+            0 => EXACT_LIMIT - 1,
+            counted => counted,
+        };
         let nodes = (self.redis)
             .sync_leases_cluster(self.leases.instance(), live_for, entries, shared_by, None)
             .await?;
@@ -149,7 +154,7 @@ impl SyncTask {
                 Ok(reply) => {
                     let sent: Vec<&Outgoing> = node.entries.iter().map(|&i| &chunk[i]).collect();
                     (self.leases).take_grants(&sent, &reply.grants, reply.instances);
-                    if reply.instances != shared_by {
+                    if node.holder {
                         self.leases.set_instances(reply.instances);
                     }
                     self.leases.mark_ok_slots(&node.slots, received);

@@ -24,6 +24,8 @@ use crate::store::script::identity_slot;
 /// One master's part of a sync: which entries it carried (indices in the sync's entries),
 /// the slots it serves (whose identities its outcome makes fresh), and its outcome.
 pub struct NodeSync {
+    /// This master holds the instances' set: its reply counts the fleet.
+    pub holder: bool,
     pub entries: Vec<usize>,
     pub slots: Vec<u16>,
     pub result: Result<SyncReply, StoreError>,
@@ -79,6 +81,7 @@ impl RedisStore {
             .zip(results)
             .enumerate()
             .map(|(master, (entries, result))| NodeSync {
+                holder: holder == Some(master),
                 entries,
                 slots: view.slots_of(master),
                 result,
