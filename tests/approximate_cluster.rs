@@ -222,3 +222,103 @@ async fn a_killed_master_hands_only_its_identities_to_on_error() {
     let errors = metric_sum(gateways, "rlp_limit_syncs_total{result=\"error\"}").await;
     assert!(errors >= 1, "no sync error counted");
 }
+
+/// A slot moved under approximate load: while it moves, the old master's call fails (a key it
+/// no longer holds, then `MOVED`) and is not redirected; the gateway reads the slots again and
+/// its next syncs go to the new master. Nothing goes stale for long enough to reach on_error
+/// (stale time 1.5 s), every request passes, and the identity's key ends on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_under_load_sends_the_next_syncs_to_its_new_master() {
+    let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
+    let cluster = RedisCluster::start();
+    let upstream = TestUpstream::ok("ok").await;
+    let rates = "[{ limit = 100000, per = \"1d\" }]";
+    let text = approximate_config(&cluster, &upstream, "move:", rates, "500ms");
+    let gateway = Arc::new(vec![TestGateway::start(&text).await]);
+    assert_eq!(status(&gateway[0], "/hot", "key-0").await, StatusCode::OK);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let node = |n: usize| cluster.nodes[n].connection();
+    let holding = |n: usize| -> Vec<String> {
+        redis::cmd("KEYS")
+            .arg("move:hot:*")
+            .query(&mut node(n))
+            .unwrap()
+    };
+    let source = (0..3).find(|&m| !holding(m).is_empty()).unwrap();
+    let target = (source + 1) % 3;
+    let key = holding(source)[0].clone();
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(&key)
+        .query(&mut node(source))
+        .unwrap();
+    let id = |n: usize| -> String {
+        redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut node(n))
+            .unwrap()
+    };
+    let setslot = |n: usize, state: &str, owner: usize| {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(state)
+            .arg(id(owner))
+            .query(&mut node(n))
+            .unwrap();
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = tokio::spawn({
+        let (gateway, stop) = (gateway.clone(), stop.clone());
+        async move {
+            let mut statuses = Vec::new();
+            let started = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                let answer = status(&gateway[0], "/hot", "key-0").await;
+                if answer != StatusCode::OK {
+                    println!("{answer} at {:?}", started.elapsed());
+                }
+                statuses.push(answer);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            statuses
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    setslot(target, "IMPORTING", source);
+    setslot(source, "MIGRATING", target);
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(cluster.nodes[target].port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(&key)
+        .query(&mut node(source))
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in 0..3 {
+        setslot(n, "NODE", target);
+    }
+    let errors = || metric_sum(&gateway, "rlp_limit_syncs_total{result=\"error\"}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (errors_then, target_calls) = (errors().await, cluster.nodes[target].calls("get"));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::Relaxed);
+    let statuses = running.await.unwrap();
+    let passed = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    println!(
+        "slot moved: {passed} of {} passed, {errors_then} failed syncs",
+        statuses.len()
+    );
+    let failed: Vec<_> = statuses.iter().filter(|s| **s != StatusCode::OK).collect();
+    assert!(failed.is_empty(), "failed: {failed:?}");
+    assert!(errors_then >= 1, "no sync met the move");
+    assert_eq!(errors().await, errors_then, "syncs fail on after the move");
+    assert!(
+        cluster.nodes[target].calls("get") > target_calls,
+        "the new master takes the identity's syncs (its script reads the key)"
+    );
+    assert_eq!(holding(target), vec![key]);
+}

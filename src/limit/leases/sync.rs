@@ -132,9 +132,12 @@ impl SyncTask {
         entries: &[SyncEntry<'_>],
         live_for: Duration,
     ) -> Result<(), StoreError> {
+        if self.leases.instances() == 0 {
+            self.count_fleet(live_for).await;
+        }
         let sent = self.clock.now();
-        // Before this gateway has counted the fleet, the other masters lease to it as to a
-        // huge fleet (a request each): never all that is left to a newcomer.
+        // Should the fleet still be uncounted (its master down), the other masters lease as
+        // to a huge fleet (a request each): never all that is left to a newcomer.
         let shared_by = match self.leases.instances() {
             0 => EXACT_LIMIT - 1,
             counted => counted,
@@ -163,6 +166,19 @@ impl SyncTask {
             }
         }
         result
+    }
+
+    /// A gateway's first sync on a cluster counts the fleet first (a call to every master
+    /// with no identity), so that the masters which do not hold the instances' set share
+    /// among the fleet from the start.
+    async fn count_fleet(&self, live_for: Duration) {
+        let counted = (self.redis)
+            .sync_leases_cluster(self.leases.instance(), live_for, &[], EXACT_LIMIT - 1, None)
+            .await;
+        let holder = counted.into_iter().flatten().find(|node| node.holder);
+        if let Some(Ok(reply)) = holder.map(|node| node.result) {
+            self.leases.set_instances(reply.instances);
+        }
     }
 }
 

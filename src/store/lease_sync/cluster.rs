@@ -99,7 +99,7 @@ async fn call_node(
     call: &SyncCall<'_>,
 ) -> Result<Reply, StoreError> {
     let write = call.writer();
-    let result = match node.guarded(node.pipe().call(wait, &write)).await {
+    let result = match answered(node, wait, &write).await {
         Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
             let text = call.text();
             let load = |out: &mut Vec<u8>| {
@@ -108,8 +108,8 @@ async fn call_node(
                     .arg(b"LOAD")
                     .arg(text.as_bytes());
             };
-            match node.guarded(node.pipe().call(wait, load)).await {
-                Ok(_) => node.guarded(node.pipe().call(wait, &write)).await,
+            match answered(node, wait, &load).await {
+                Ok(_) => answered(node, wait, &write).await,
                 Err(error) => Err(error),
             }
         }
@@ -119,4 +119,20 @@ async fn call_node(
         cluster.request_refresh();
     }
     result
+}
+
+/// One command on `node` under its breaker, an error reply counting as an answer (as a
+/// redirection does on the exact path): the node is up, so its breaker stays closed.
+async fn answered(
+    node: &Node,
+    wait: Duration,
+    write: &(dyn Fn(&mut Vec<u8>) + Sync),
+) -> Result<Reply, StoreError> {
+    let call = async {
+        match node.pipe().call(wait, write).await {
+            Err(StoreError::Server(error)) => Ok(Err(StoreError::Server(error))),
+            other => other.map(Ok),
+        }
+    };
+    node.guarded(call).await?
 }
