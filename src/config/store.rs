@@ -9,7 +9,7 @@ use super::problems::{Problems, echo};
 use super::raw::RawStore;
 use super::{RedisConfig, StoreConfig};
 use crate::limit::Algorithm;
-use crate::limit::rules::{Consistency, LimitRule, OnError};
+use crate::limit::rules::{LimitRule, OnError};
 use crate::store::redis::{EXACT_LIMIT, describe_url_error};
 
 /// `[store] timeout`: how long Redis may keep a call waiting once it could have started on it.
@@ -263,25 +263,6 @@ pub(super) fn check_redis_arithmetic(limits: &[LimitRule], problems: &mut Proble
                     format!("{} per {:?} refills faster than one token per microsecond, the resolution of the Redis store", rate.limit, rate.per),
                 );
             }
-        }
-    }
-}
-
-/// Approximate limits lease counts from one Redis node's window keys (the memory store is
-/// already local: there they are exact). A cluster is refused: the lease sync is one call per
-/// node and is not built for a cluster's slots yet.
-pub(super) fn check_approximate(
-    limits: &[LimitRule],
-    store: &StoreConfig,
-    problems: &mut Problems,
-) {
-    let cluster = store.redis.as_ref().is_some_and(|redis| redis.cluster);
-    for (i, rule) in limits.iter().enumerate() {
-        if cluster && matches!(rule.consistency, Consistency::Approximate { .. }) {
-            problems.push(
-                format!("limits[{i}].consistency"),
-                "\"approximate\" needs backend = \"redis\" (one node) or \"memory\"; redis-cluster is not supported yet",
-            );
         }
     }
 }

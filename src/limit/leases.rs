@@ -13,6 +13,12 @@ use super::lease::{Grant, Lease, LeaseCheck, SyncAsk};
 use super::{Algorithm, Rate};
 use crate::clock::Nanos;
 use crate::store::WindowRequest;
+use crate::store::cluster::SLOTS;
+use crate::store::script::identity_slot;
+
+/// A sync call's times: Redis's clock in its answer, and when it was sent and received
+/// (local clock).
+pub type SyncTimes = (Nanos, Nanos, Nanos);
 
 pub mod sync;
 
@@ -56,14 +62,20 @@ pub struct Leases {
     /// Leases stop this long before their window ends: the offset is known to within the
     /// last sync's round trip.
     margin: AtomicU64,
-    /// Local clock of the last sync that succeeded (or of creation).
-    last_ok: AtomicU64,
+    /// Local clock of the last sync that succeeded (or of creation): one for a single node,
+    /// one per cluster slot (a master's sync makes the identities of its slots fresh).
+    last_ok: Box<[AtomicU64]>,
+    /// The live instances the last sync that counted them read (shared by a cluster's
+    /// masters that do not hold the instances' set); 0 until one did.
+    instances: AtomicU64,
     /// When the sync task next runs (local clock), for a client told to wait for a lease.
     next_sync: AtomicU64,
 }
 
 impl Leases {
-    pub fn new(max_identities: usize, now: Nanos) -> Leases {
+    /// `cluster`: staleness is kept per slot, each master's identities on their own.
+    pub fn new(max_identities: usize, now: Nanos, cluster: bool) -> Leases {
+        let clocks = if cluster { SLOTS } else { 1 };
         Leases {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             held: AtomicUsize::new(0),
@@ -71,7 +83,8 @@ impl Leases {
             instance: format!("{:032x}", fastrand::u128(..)),
             offset: AtomicI64::new(0),
             margin: AtomicU64::new(MARGIN_NS),
-            last_ok: AtomicU64::new(now),
+            last_ok: (0..clocks).map(|_| AtomicU64::new(now)).collect(),
+            instances: AtomicU64::new(0),
             next_sync: AtomicU64::new(now),
         }
     }
@@ -89,9 +102,15 @@ impl Leases {
         self.len() == 0
     }
 
-    /// Whether no sync has succeeded for `stale_after`: the limits then follow `on_error`.
-    pub fn is_stale(&self, now: Nanos, stale_after: Duration) -> bool {
-        let since = now.saturating_sub(self.last_ok.load(Ordering::Acquire));
+    /// Whether no sync has succeeded for `stale_after` for the identity `limit_identity`
+    /// (on a cluster: on the master of its slot): the limits then follow `on_error`.
+    pub fn is_stale(&self, now: Nanos, stale_after: Duration, limit_identity: u128) -> bool {
+        let clock = if self.last_ok.len() == 1 {
+            0
+        } else {
+            usize::from(identity_slot(limit_identity))
+        };
+        let since = now.saturating_sub(self.last_ok[clock].load(Ordering::Acquire));
         since > u64::try_from(stale_after.as_nanos()).unwrap_or(u64::MAX)
     }
 
@@ -185,31 +204,64 @@ impl Leases {
     }
 
     /// Takes a sync's answer: its grants, Redis's clock (`redis_now`, read between `sent`
-    /// and `received` on the local clock) and the live instances.
-    pub fn take(
-        &self,
-        sent: &[Outgoing],
-        grants: &[Grant],
-        instances: u64,
-        (redis_now, sent_at, received): (Nanos, Nanos, Nanos),
-    ) {
-        let midpoint = sent_at / 2 + received / 2;
-        let offset = i128::from(redis_now) - i128::from(midpoint);
-        let offset = offset.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+    /// and `received` on the local clock) and the live instances. The identities' freshness
+    /// is the caller's (`mark_ok`, `mark_ok_slots`).
+    pub fn take(&self, sent: &[&Outgoing], grants: &[Grant], instances: u64, times: SyncTimes) {
+        self.set_clock(&[times]);
+        self.take_grants(sent, grants, instances);
+    }
+
+    /// The offset to Redis's clock and the margin, from the answers of one sync's calls
+    /// (`(redis_now, sent, received)` each): the clock furthest ahead, so that a lease is
+    /// never spent after any node has moved on to the next window, and the longest round trip.
+    pub fn set_clock(&self, answers: &[SyncTimes]) {
+        let offsets = answers.iter().map(|&(redis_now, sent_at, received)| {
+            let midpoint = sent_at / 2 + received / 2;
+            let offset = i128::from(redis_now) - i128::from(midpoint);
+            offset.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+        });
+        let Some(offset) = offsets.max() else { return };
         self.offset.store(offset, Ordering::Relaxed);
-        let round_trip = received.saturating_sub(sent_at);
+        let round_trip = (answers.iter())
+            .map(|&(_, sent_at, received)| received.saturating_sub(sent_at))
+            .max()
+            .unwrap_or(0);
         self.margin.store(round_trip + MARGIN_NS, Ordering::Relaxed);
+    }
+
+    /// Takes the grants of `sent` (in order) and the instances a call shared among.
+    pub fn take_grants(&self, sent: &[&Outgoing], grants: &[Grant], instances: u64) {
         for (outgoing, grant) in sent.iter().zip(grants) {
             if let Some(held) = self.shard(outgoing.identity).get_mut(&outgoing.identity) {
                 held.lease.take(*grant, instances);
             }
         }
-        self.last_ok.fetch_max(received, Ordering::AcqRel);
     }
 
-    /// Records a successful sync at `now` that had nothing to carry.
+    /// The live instances a sync counted (the master of the instances' set, on a cluster).
+    pub fn set_instances(&self, instances: u64) {
+        self.instances.store(instances.max(1), Ordering::Relaxed);
+    }
+
+    /// The live instances the last sync that counted them read; 0 until one did.
+    pub fn instances(&self) -> u64 {
+        self.instances.load(Ordering::Relaxed)
+    }
+
+    /// Records a successful sync at `now` for every identity.
     pub fn mark_ok(&self, now: Nanos) {
-        self.last_ok.fetch_max(now, Ordering::AcqRel);
+        for clock in self.last_ok.iter() {
+            clock.fetch_max(now, Ordering::AcqRel);
+        }
+    }
+
+    /// Records a successful sync at `now` for the identities of `slots` (a cluster's).
+    pub fn mark_ok_slots(&self, slots: &[u16], now: Nanos) {
+        for &slot in slots {
+            if let Some(clock) = self.last_ok.get(usize::from(slot)) {
+                clock.fetch_max(now, Ordering::AcqRel);
+            }
+        }
     }
 
     fn shard(&self, identity: u128) -> MutexGuard<'_, HashMap<u128, Held>> {

@@ -67,9 +67,9 @@ pub(super) fn stores(config: &Config, previous: Option<&Stores>, clock: &dyn Clo
                 .as_ref()
                 .is_some_and(|p| Arc::ptr_eq(p, redis)) =>
         {
-            previous.leases.clone().or_else(|| Some(new_leases(clock)))
+            (previous.leases.clone()).or_else(|| Some(new_leases(clock, redis.config().cluster)))
         }
-        (Some(_), _) => Some(new_leases(clock)),
+        (Some(redis), _) => Some(new_leases(clock, redis.config().cluster)),
     };
     Stores {
         memory,
@@ -80,6 +80,6 @@ pub(super) fn stores(config: &Config, previous: Option<&Stores>, clock: &dyn Clo
 }
 
 /// The lease table of a gateway's approximate limits.
-fn new_leases(clock: &dyn Clock) -> Arc<Leases> {
-    Arc::new(Leases::new(MAX_IDENTITIES, clock.now()))
+fn new_leases(clock: &dyn Clock, cluster: bool) -> Arc<Leases> {
+    Arc::new(Leases::new(MAX_IDENTITIES, clock.now(), cluster))
 }

@@ -16,7 +16,13 @@ use crate::limit::{Algorithm, Rate};
 
 pub const LEASE_SYNC: &str = include_str!("lua/lease_sync.lua");
 
+/// On a cluster the same text behind a flag that lets it touch every slot of the node called
+/// (Redis >= 7.0; see the script's header).
+pub const CLUSTER_FLAGS: &str = "#!lua flags=allow-cross-slot-keys\n";
+
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_SYNC));
+static CLUSTER_TEXT: LazyLock<String> = LazyLock::new(|| format!("{CLUSTER_FLAGS}{LEASE_SYNC}"));
+static CLUSTER_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(&CLUSTER_TEXT));
 
 /// One identity window in a sync: where its count lives and what its lease asks.
 #[derive(Debug, Clone)]
@@ -39,23 +45,47 @@ pub struct SyncReply {
     pub grants: Vec<Grant>,
 }
 
-/// A sync's `EVALSHA` (or `EVAL` with the script's text, `with_text`), written whole.
-struct SyncCall<'a> {
-    key_prefix: &'a str,
-    instance: &'a str,
-    live_for: Duration,
-    entries: &'a [SyncEntry<'a>],
-    now: Option<Nanos>,
+/// How a sync's call runs: on one node, or on one master of a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Every key in KEYS, the instances' set first.
+    Node,
+    /// No KEYS, every key in ARGV (the flagged script). `None`: this node holds the instances'
+    /// set and records the gateway; `Some(n)`: another does, share among `n`.
+    Cluster(Option<u64>),
+}
+
+/// A sync's `EVALSHA`, written whole.
+pub(super) struct SyncCall<'a> {
+    pub(super) key_prefix: &'a str,
+    pub(super) instance: &'a str,
+    pub(super) live_for: Duration,
+    pub(super) entries: &'a [SyncEntry<'a>],
+    pub(super) now: Option<Nanos>,
+    pub(super) mode: Mode,
+}
+
+/// The key of the fleet's live instances' sorted set.
+pub(super) fn instances_key(key_prefix: &str) -> Vec<u8> {
+    format!("{key_prefix}instances").into_bytes()
 }
 
 impl SyncCall<'_> {
     fn instances_key(&self) -> Vec<u8> {
-        format!("{}instances", self.key_prefix).into_bytes()
+        instances_key(self.key_prefix)
     }
 
-    /// Every identity key, each once, and each entry's key index (from 2: 1 is the set).
+    fn records(&self) -> bool {
+        matches!(self.mode, Mode::Node | Mode::Cluster(None))
+    }
+
+    /// Every key, each once, and each entry's key index (from 1; the set is first when this
+    /// call records the gateway).
     fn keys(&self) -> (Vec<Vec<u8>>, Vec<usize>) {
-        let mut keys = vec![self.instances_key()];
+        let mut keys = Vec::new();
+        if self.records() {
+            keys.push(self.instances_key());
+        }
         let mut indices = Vec::with_capacity(self.entries.len());
         for entry in self.entries {
             let mut key = Vec::new();
@@ -94,22 +124,54 @@ impl SyncCall<'_> {
                 numbers.extend_from_slice(&(value as f64).to_le_bytes());
             }
         }
-        let mut command = pipe::Command::new(out, 3 + keys.len() + 4);
-        command.arg(b"EVALSHA").arg(SCRIPT.get_hash().as_bytes());
-        command.arg(itoa::Buffer::new().format(keys.len()).as_bytes());
-        for key in &keys {
-            command.arg(key);
-        }
         let now = self
             .now
             .map(|ns| (ns / 1000).to_string())
             .unwrap_or_default();
         let live_us = u64::try_from(self.live_for.as_micros()).unwrap_or(u64::MAX);
+        let live_us = itoa::Buffer::new().format(live_us).as_bytes().to_vec();
+        let Mode::Cluster(shared_by) = self.mode else {
+            let mut command = pipe::Command::new(out, 3 + keys.len() + 4);
+            command.arg(b"EVALSHA").arg(SCRIPT.get_hash().as_bytes());
+            command.arg(itoa::Buffer::new().format(keys.len()).as_bytes());
+            for key in &keys {
+                command.arg(key);
+            }
+            command.arg(now.as_bytes()).arg(self.instance.as_bytes());
+            command.arg(&live_us).arg(&numbers);
+            return;
+        };
+        let instance = if shared_by.is_none() {
+            self.instance.as_bytes()
+        } else {
+            b""
+        };
+        let shared_by = itoa::Buffer::new()
+            .format(shared_by.unwrap_or(1))
+            .as_bytes()
+            .to_vec();
+        let mut command = pipe::Command::new(out, 3 + 5 + keys.len());
         command
-            .arg(now.as_bytes())
-            .arg(self.instance.as_bytes())
-            .arg(itoa::Buffer::new().format(live_us).as_bytes())
-            .arg(&numbers);
+            .arg(b"EVALSHA")
+            .arg(CLUSTER_SCRIPT.get_hash().as_bytes());
+        command.arg(b"0").arg(now.as_bytes()).arg(instance);
+        command.arg(&live_us).arg(&numbers).arg(&shared_by);
+        for key in &keys {
+            command.arg(key);
+        }
+    }
+
+    /// The script's text, to load it where it is missing.
+    pub(super) fn text(&self) -> &'static str {
+        match self.mode {
+            Mode::Node => LEASE_SYNC,
+            Mode::Cluster(_) => CLUSTER_TEXT.as_str(),
+        }
+    }
+
+    /// Writes the call (for a pipe's `call`).
+    pub(super) fn writer(&self) -> impl Fn(&mut Vec<u8>) + Sync + '_ {
+        |out: &mut Vec<u8>| self.write(out)
     }
 }
 
@@ -130,9 +192,10 @@ impl RedisStore {
             live_for,
             entries,
             now,
+            mode: Mode::Node,
         };
         let key = call.instances_key();
-        let write = |out: &mut Vec<u8>| call.write(out);
+        let write = call.writer();
         let reply = match self.command(&key, &write).await {
             Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
                 let load = |out: &mut Vec<u8>| {
@@ -150,7 +213,7 @@ impl RedisStore {
     }
 }
 
-fn parse_reply(reply: Reply, entries: usize) -> Result<SyncReply, StoreError> {
+pub(super) fn parse_reply(reply: Reply, entries: usize) -> Result<SyncReply, StoreError> {
     let Reply::Bulk(bytes) = reply else {
         return Err(StoreError::Protocol(format!("unexpected reply {reply:?}")));
     };
@@ -187,5 +250,6 @@ fn parse_reply(reply: Reply, entries: usize) -> Result<SyncReply, StoreError> {
     })
 }
 
+mod cluster;
 #[cfg(test)]
 mod tests;

@@ -101,6 +101,14 @@ impl RedisStore {
         }
     }
 
+    /// The cluster, when the store is one.
+    pub(crate) fn cluster(&self) -> Option<&Arc<Cluster>> {
+        match &self.backend {
+            Backend::Cluster(cluster) => Some(cluster),
+            Backend::Node(_) | Backend::Unusable(_) => None,
+        }
+    }
+
     pub fn config(&self) -> &RedisConfig {
         &self.config
     }

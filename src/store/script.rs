@@ -254,6 +254,15 @@ impl Arguments for pipe::Command<'_> {
 /// The 128-bit identity in 22 characters of URL-safe base64 (no `{` or `}`, so it can be the
 /// key's hash tag): 10 bytes shorter than hex, in every key.
 fn push_identity(key: &mut Vec<u8>, identity: u128) {
+    key.extend_from_slice(&identity_text(identity));
+}
+
+/// The cluster slot of every key of `identity` (its hash tag's).
+pub fn identity_slot(identity: u128) -> u16 {
+    super::cluster::slot_of(&identity_text(identity))
+}
+
+fn identity_text(identity: u128) -> [u8; 22] {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut text = [0u8; 22];
     for (i, slot) in text.iter_mut().enumerate() {
@@ -265,7 +274,7 @@ fn push_identity(key: &mut Vec<u8>, identity: u128) {
         };
         *slot = ALPHABET[(chunk & 63) as usize];
     }
-    key.extend_from_slice(&text);
+    text
 }
 
 /// A window's eleven numbers, as `check.lua` reads them: little-endian doubles (exact, every

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Leases, Outgoing};
 use crate::clock::Clock;
 use crate::store::lease_sync::SyncEntry;
-use crate::store::redis::{RedisStore, StoreError};
+use crate::store::redis::{EXACT_LIMIT, RedisStore, StoreError};
 
 /// Identity windows per call: a sync of more makes several calls, so that no call keeps
 /// Redis busy for long.
@@ -105,26 +105,90 @@ impl SyncTask {
     }
 
     async fn sync_chunk(&self, chunk: &[Outgoing]) -> Result<(), StoreError> {
-        let entries: Vec<SyncEntry> = chunk
-            .iter()
-            .map(|o| SyncEntry {
-                limit: &o.held.limit,
-                limit_identity: o.held.limit_identity,
-                slot: o.held.slot,
-                algorithm: o.held.algorithm,
-                rate: o.held.rate,
-                ask: o.ask,
-            })
-            .collect();
+        let entries: Vec<SyncEntry> = chunk.iter().map(entry).collect();
         let live_for = self.interval * LIVE_FOR_INTERVALS;
+        if self.redis.cluster().is_some() {
+            return self.sync_chunk_cluster(chunk, &entries, live_for).await;
+        }
         let sent = self.clock.now();
         let reply = (self.redis)
             .sync_leases(self.leases.instance(), live_for, &entries, None)
             .await?;
         let received = self.clock.now();
+        let chunk: Vec<&Outgoing> = chunk.iter().collect();
         let times = (reply.now, sent, received);
         self.leases
-            .take(chunk, &reply.grants, reply.instances, times);
+            .take(&chunk, &reply.grants, reply.instances, times);
+        self.leases.set_instances(reply.instances);
+        self.leases.mark_ok(received);
         Ok(())
+    }
+
+    /// One call per master: each that answers gives its grants and makes its slots' identities
+    /// fresh; one that fails leaves its identities to go stale, the others' untouched.
+    async fn sync_chunk_cluster(
+        &self,
+        chunk: &[Outgoing],
+        entries: &[SyncEntry<'_>],
+        live_for: Duration,
+    ) -> Result<(), StoreError> {
+        if self.leases.instances() == 0 {
+            self.count_fleet(live_for).await;
+        }
+        let sent = self.clock.now();
+        // Should the fleet still be uncounted (its master down), the other masters lease as
+        // to a huge fleet (a request each): never all that is left to a newcomer.
+        let shared_by = match self.leases.instances() {
+            0 => EXACT_LIMIT - 1,
+            counted => counted,
+        };
+        let nodes = (self.redis)
+            .sync_leases_cluster(self.leases.instance(), live_for, entries, shared_by, None)
+            .await?;
+        let received = self.clock.now();
+        let answered: Vec<_> = (nodes.iter())
+            .filter_map(|node| node.result.as_ref().ok())
+            .map(|reply| (reply.now, sent, received))
+            .collect();
+        self.leases.set_clock(&answered);
+        let mut result = Ok(());
+        for node in nodes {
+            match node.result {
+                Ok(reply) => {
+                    let sent: Vec<&Outgoing> = node.entries.iter().map(|&i| &chunk[i]).collect();
+                    (self.leases).take_grants(&sent, &reply.grants, reply.instances);
+                    if node.holder {
+                        self.leases.set_instances(reply.instances);
+                    }
+                    self.leases.mark_ok_slots(&node.slots, received);
+                }
+                Err(error) => result = result.and(Err(error)),
+            }
+        }
+        result
+    }
+
+    /// A gateway's first sync on a cluster counts the fleet first (a call to every master
+    /// with no identity), so that the masters which do not hold the instances' set share
+    /// among the fleet from the start.
+    async fn count_fleet(&self, live_for: Duration) {
+        let counted = (self.redis)
+            .sync_leases_cluster(self.leases.instance(), live_for, &[], EXACT_LIMIT - 1, None)
+            .await;
+        let holder = counted.into_iter().flatten().find(|node| node.holder);
+        if let Some(Ok(reply)) = holder.map(|node| node.result) {
+            self.leases.set_instances(reply.instances);
+        }
+    }
+}
+
+fn entry(outgoing: &Outgoing) -> SyncEntry<'_> {
+    SyncEntry {
+        limit: &outgoing.held.limit,
+        limit_identity: outgoing.held.limit_identity,
+        slot: outgoing.held.slot,
+        algorithm: outgoing.held.algorithm,
+        rate: outgoing.held.rate,
+        ask: outgoing.ask,
     }
 }

@@ -32,7 +32,7 @@ fn grant(granted: u64) -> Grant {
 
 #[test]
 fn a_cold_identity_is_registered_leased_by_the_next_sync_then_decided_here() {
-    let leases = Leases::new(10, START);
+    let leases = Leases::new(10, START, false);
     let name: Arc<str> = Arc::from("l");
     assert_eq!(
         leases.check(&request(1), &name, START).0,
@@ -42,7 +42,12 @@ fn a_cold_identity_is_registered_leased_by_the_next_sync_then_decided_here() {
     let out = leases.outgoing(START, START + SECOND / 10);
     assert_eq!(out.len(), 1);
     assert!(out[0].ask.want);
-    leases.take(&out, &[grant(2)], 1, (START, START, START));
+    leases.take(
+        &out.iter().collect::<Vec<_>>(),
+        &[grant(2)],
+        1,
+        (START, START, START),
+    );
     for _ in 0..2 {
         assert!(matches!(
             leases.check(&request(1), &name, START).0,
@@ -57,7 +62,7 @@ fn a_cold_identity_is_registered_leased_by_the_next_sync_then_decided_here() {
 
 #[test]
 fn past_the_bound_identities_are_decided_exactly_and_not_held() {
-    let leases = Leases::new(2, START);
+    let leases = Leases::new(2, START, false);
     let name: Arc<str> = Arc::from("l");
     for identity in 1..=5 {
         assert_eq!(
@@ -70,11 +75,16 @@ fn past_the_bound_identities_are_decided_exactly_and_not_held() {
 
 #[test]
 fn an_identity_untouched_for_a_window_gives_its_lease_back_and_is_dropped() {
-    let leases = Leases::new(10, START);
+    let leases = Leases::new(10, START, false);
     let name: Arc<str> = Arc::from("l");
     leases.check(&request(1), &name, START);
     let out = leases.outgoing(START, START);
-    leases.take(&out, &[grant(50)], 1, (START, START, START));
+    leases.take(
+        &out.iter().collect::<Vec<_>>(),
+        &[grant(50)],
+        1,
+        (START, START, START),
+    );
     leases.check(&request(1), &name, START);
     // Touched since the last sync: carried, keeping its share.
     let out = leases.outgoing(START + SECOND, START + SECOND);
@@ -91,19 +101,34 @@ fn an_identity_untouched_for_a_window_gives_its_lease_back_and_is_dropped() {
 
 #[test]
 fn stale_once_no_sync_succeeded_for_the_stated_time() {
-    let leases = Leases::new(10, START);
+    let leases = Leases::new(10, START, false);
     let stale_after = Duration::from_millis(300);
-    assert!(!leases.is_stale(START + 300_000_000, stale_after));
-    assert!(leases.is_stale(START + 300_000_001, stale_after));
+    assert!(!leases.is_stale(START + 300_000_000, stale_after, 1));
+    assert!(leases.is_stale(START + 300_000_001, stale_after, 1));
     leases.mark_ok(START + SECOND);
-    assert!(!leases.is_stale(START + SECOND + 1, stale_after));
+    assert!(!leases.is_stale(START + SECOND + 1, stale_after, 1));
 }
 
 #[test]
 fn a_sync_measures_the_offset_to_redis_and_the_margin_from_its_round_trip() {
-    let leases = Leases::new(10, START);
+    let leases = Leases::new(10, START, false);
     // Redis read 5 ms ahead of the local midpoint of a 2 ms round trip.
     leases.take(&[], &[], 1, (START + 6_000_000, START, START + 2_000_000));
     assert_eq!(leases.redis_now(START), START + 5_000_000);
     assert_eq!(leases.margin.load(Ordering::Relaxed), 2_000_000 + MARGIN_NS);
+}
+
+#[test]
+fn on_a_cluster_each_slot_goes_stale_on_its_own() {
+    let leases = Leases::new(10, START, true);
+    let stale_after = Duration::from_millis(300);
+    let (a, b) = (
+        1u128,
+        (2u128..)
+            .find(|&i| identity_slot(i) != identity_slot(1))
+            .unwrap(),
+    );
+    leases.mark_ok_slots(&[identity_slot(a)], START + SECOND);
+    assert!(!leases.is_stale(START + SECOND + 1, stale_after, a));
+    assert!(leases.is_stale(START + SECOND + 1, stale_after, b));
 }

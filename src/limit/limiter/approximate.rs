@@ -105,7 +105,7 @@ impl Limiter {
                 continue;
             };
             let stale_for = stale_after(sync_interval, timeout);
-            if leases.is_stale(now, stale_for) {
+            if leases.is_stale(now, stale_for, request.limit_identity) {
                 split.stale_for = stale_for;
                 split.stale.0.push(request);
                 split.stale.1.push(origin);

@@ -28,6 +28,23 @@ pub struct View {
     taken_at: Instant,
 }
 
+impl View {
+    /// The index in `masters` of the master of `slot`, if one serves it.
+    pub fn master_of(&self, slot: u16) -> Option<usize> {
+        match self.slots.get(usize::from(slot)) {
+            Some(&NO_MASTER) | None => None,
+            Some(&index) => Some(usize::from(index)),
+        }
+    }
+
+    /// The slots `masters[index]` serves.
+    pub fn slots_of(&self, index: usize) -> Vec<u16> {
+        (0..SLOTS as u16)
+            .filter(|&slot| self.master_of(slot) == Some(index))
+            .collect()
+    }
+}
+
 #[derive(Default)]
 pub(super) struct Refresh {
     running: bool,

@@ -64,9 +64,66 @@ fn entries_of_one_identity_share_its_key_after_the_instances_set() {
         live_for: Duration::from_secs(1),
         entries: &entries,
         now: None,
+        mode: Mode::Node,
     };
     let (keys, indices) = call.keys();
     assert_eq!(keys.len(), 3);
     assert_eq!(keys[0], b"p:instances");
     assert_eq!(indices, vec![2, 2, 3]);
+}
+
+#[test]
+fn a_cluster_call_declares_no_key_and_only_the_holder_records_the_gateway() {
+    let ask = SyncAsk {
+        window: 0,
+        give: 0,
+        keep: 0,
+        want: true,
+    };
+    let rate = Rate {
+        limit: 1,
+        per: Duration::from_secs(1),
+        burst: 1,
+    };
+    let entries = [SyncEntry {
+        limit: "l",
+        limit_identity: 7,
+        slot: 0,
+        algorithm: Algorithm::FixedWindow,
+        rate,
+        ask,
+    }];
+    let arguments = |mode| {
+        let call = SyncCall {
+            key_prefix: "p:",
+            instance: "i",
+            live_for: Duration::from_secs(1),
+            entries: &entries,
+            now: None,
+            mode,
+        };
+        let mut out = Vec::new();
+        call.write(&mut out);
+        let crate::store::resp::Value::Array(items) = crate::store::resp::tree(&out).unwrap()
+        else {
+            panic!("not an array");
+        };
+        (items.into_iter())
+            .map(|item| match item {
+                crate::store::resp::Value::Bulk(bytes) => bytes,
+                other => panic!("{other:?}"),
+            })
+            .collect::<Vec<_>>()
+    };
+    let holder = arguments(Mode::Cluster(None));
+    assert_eq!(holder[1], CLUSTER_SCRIPT.get_hash().as_bytes());
+    assert_eq!(holder[2], b"0", "no declared key: they span slots");
+    assert_eq!(holder[4], b"i");
+    assert_eq!(holder[8], b"p:instances");
+    assert!(holder[9].starts_with(b"p:l:{"));
+    let other = arguments(Mode::Cluster(Some(3)));
+    assert_eq!(other[4], b"", "another master records the gateway");
+    assert_eq!(other[7], b"3");
+    assert_eq!(other.len(), 9, "its identity key only");
+    assert!(CLUSTER_TEXT.starts_with("#!lua flags=allow-cross-slot-keys\n"));
 }

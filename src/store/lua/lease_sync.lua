@@ -9,21 +9,27 @@
 -- the limit minus the count (sliding_window: minus the weighted estimate), never below 0. So
 -- the count never exceeds the limit because of a lease.
 --
--- It also records the gateway as live: ZADD of its id at now in KEYS[1], entries older than
--- ARGV[3] µs removed; `instances` is what is left (at least 1).
+-- It also records the gateway as live: ZADD of its id at now in the instances' set, entries
+-- older than ARGV[3] µs removed; `instances` is what is left (at least 1). On a cluster only
+-- the node holding that set does so (ARGV[2] set); the others are told the count (ARGV[5]).
 --
--- KEYS[1]: the instances' sorted set; KEYS[2..]: identity keys, each once. ARGV[1]: now in
--- µs, or '' for the server's TIME. ARGV[2]: the gateway's instance id. ARGV[3]: how long an
--- instance counts as live (µs). ARGV[4]: nine little-endian doubles per identity window:
--- algorithm (3 sliding_window, 4 fixed_window), key (index in KEYS), slot, limit, per (µs),
--- window (index the lease was granted in), give, keep, want (0/1).
+-- The keys, K: KEYS followed by ARGV[6..]. On one node every key is in KEYS. On a cluster
+-- (Redis >= 7.0) the call is EVALSHA of this text behind `#!lua flags=allow-cross-slot-keys`
+-- with no KEYS and every key in ARGV[6..]: all of them on the node called, in any of its
+-- slots (declared keys of several slots are refused with CROSSSLOT even with that flag; a key
+-- the node does not hold fails the whole call before it writes, since every key is read first).
+-- K[1]: the instances' sorted set when ARGV[2] is not '', then the identity keys, each once.
+-- ARGV[1]: now in µs, or '' for the server's TIME. ARGV[2]: the gateway's instance id, or ''
+-- (another node holds the set). ARGV[3]: how long an instance counts as live (µs). ARGV[4]:
+-- nine little-endian doubles per identity window: algorithm (3 sliding_window, 4
+-- fixed_window), key (index in K), slot, limit, per (µs), window (index the lease was granted
+-- in), give, keep, want (0/1). ARGV[5]: the instances to share among when ARGV[2] is ''.
 -- Reply: two doubles (now µs, instances), then four per identity window: granted, window
 -- index, previous count, current count (after the grant).
 if redis.replicate_commands then
   redis.replicate_commands()
 end
 
-local floor = math.floor
 local now
 if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
@@ -40,32 +46,45 @@ if #entries % ENTRY_BYTES ~= 0 then
     .. ENTRY_BYTES)
 end
 
-redis.call('ZADD', KEYS[1], now, ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - live_for)
-redis.call('PEXPIRE', KEYS[1], math.max(math.ceil(live_for / 1000), 1))
-local instances = math.max(redis.call('ZCARD', KEYS[1]), 1)
+local K = {}
+for i = 1, #KEYS do
+  K[#K + 1] = KEYS[i]
+end
+for i = 6, #ARGV do
+  K[#K + 1] = ARGV[i]
+end
+local records = ARGV[2] ~= ''
+local first_identity = records and 2 or 1
+
+-- Each key's numbers (expiry and state per slot), all read before anything is written.
+local slots, dirty = {}, {}
+local floor = math.floor
+for k = first_identity, #K do
+  local numbers = {}
+  local value = redis.call('GET', K[k])
+  if value then
+    for i = 1, floor(#value / 8) do
+      numbers[i] = struct.unpack('<d', value, 8 * i - 7)
+    end
+  end
+  slots[k] = numbers
+end
+
+local instances
+if records then
+  redis.call('ZADD', K[1], now, ARGV[2])
+  redis.call('ZREMRANGEBYSCORE', K[1], '-inf', now - live_for)
+  redis.call('PEXPIRE', K[1], math.max(math.ceil(live_for / 1000), 1))
+  instances = math.max(redis.call('ZCARD', K[1]), 1)
+else
+  instances = math.max(tonumber(ARGV[5]) or 1, 1)
+end
 
 local SLIDING, FIXED = 3, 4
 -- As fixed_window.lua and sliding_window.lua store them.
 local FIXED_TAGS, FIXED_COUNTS = 2 ^ 20, 2 ^ 33
 local SLIDING_TAGS, SLIDING_COUNTS = 2 ^ 7, 2 ^ 23
 
--- Each key's numbers (expiry and state per slot), read once.
-local slots, dirty = {}, {}
-local function slots_of(k)
-  local numbers = slots[k]
-  if not numbers then
-    numbers = {}
-    local value = redis.call('GET', KEYS[k])
-    if value then
-      for i = 1, floor(#value / 8) do
-        numbers[i] = struct.unpack('<d', value, 8 * i - 7)
-      end
-    end
-    slots[k] = numbers
-  end
-  return numbers
-end
 
 -- The previous and current counts of window `index` (fixed_window: 0 and the count).
 local function counts(algorithm, state, index)
@@ -109,12 +128,12 @@ local reply = { struct.pack('<dd', now, instances) }
 for at = 1, #entries, ENTRY_BYTES do
   local algorithm, k, slot, limit, per, window, give, keep, want =
     struct.unpack('<ddddddddd', entries, at)
-  if (algorithm ~= FIXED and algorithm ~= SLIDING) or not KEYS[k] or k < 2 then
+  if (algorithm ~= FIXED and algorithm ~= SLIDING) or not K[k] or k < first_identity then
     return redis.error_reply('ERR lease entry at byte ' .. at .. ' is malformed')
   end
   local index = floor(now / per)
   local elapsed = now - index * per
-  local numbers = slots_of(k)
+  local numbers = slots[k]
   local expires, state = numbers[2 * slot + 1], numbers[2 * slot + 2]
   if not expires or expires <= now or state ~= state then
     state = nil
@@ -161,6 +180,6 @@ for k in pairs(dirty) do
       longest = math.ceil((numbers[i] - now) / 1000)
     end
   end
-  redis.call('SET', KEYS[k], table.concat(packed), 'PX', longest)
+  redis.call('SET', K[k], table.concat(packed), 'PX', longest)
 end
 return table.concat(reply)
