@@ -12,7 +12,7 @@ use ratelimit_proxy::limit::lease::{Grant, SyncAsk};
 use ratelimit_proxy::limit::{Algorithm, Rate, WindowCheck};
 use ratelimit_proxy::store::WindowRequest;
 use ratelimit_proxy::store::lease_sync::{SyncEntry, SyncReply};
-use ratelimit_proxy::store::redis::{RedisConfig, RedisStore};
+use ratelimit_proxy::store::redis::{RedisConfig, RedisStore, StoreError};
 
 /// A realistic Unix time at the start of a minute, in ns.
 const START: u64 = 1_764_000_000 / 60 * 60 * 1_000_000_000;
@@ -220,4 +220,61 @@ async fn a_sliding_windows_lease_is_what_the_weighted_estimate_leaves() {
     // Giving back 40 of the previous window's lease lowers its weight: 20 more.
     let reply = sync(&store, "a", &sliding(want(w, 40, 0)), next).await;
     assert_eq!((reply.grants[0].granted, reply.grants[0].prev), (20, 60));
+}
+
+/// A Redis restarted after an outage long enough to open the node's breaker has lost the
+/// script: the breaker's probe is a sync that meets `NOSCRIPT`, and the script must be loaded
+/// within that probe, or the breaker opens again at every probe and the approximate limits
+/// stay on `on_error` for good.
+#[tokio::test]
+async fn syncs_resume_after_a_restart_that_lost_the_script_while_the_breaker_was_open() {
+    let mut server = RedisServer::start();
+    let config = RedisConfig {
+        cluster: false,
+        urls: vec![server.url()],
+        timeout: Duration::from_millis(200),
+        connect_timeout: Duration::from_millis(200),
+        key_prefix: "restart:".to_string(),
+        ca_file: None,
+    };
+    let store = RedisStore::new(config, 1);
+    let entries = [entry(
+        Algorithm::FixedWindow,
+        100,
+        want(window_of(START), 0, 0),
+    )];
+    sync(&store, "a", &entries, START).await;
+
+    server.kill();
+    let breaker_opened = async {
+        loop {
+            let failed = store
+                .sync_leases("a", LIVE_FOR, &entries, Some(START))
+                .await;
+            if matches!(failed, Err(StoreError::BreakerOpen { .. })) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), breaker_opened)
+        .await
+        .expect("the breaker opens while redis is gone");
+
+    server.restart();
+    let resumed = async {
+        loop {
+            if store
+                .sync_leases("a", LIVE_FOR, &entries, Some(START))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), resumed)
+        .await
+        .expect("syncs resume once redis is back, loading the script it lost");
 }

@@ -196,19 +196,13 @@ impl RedisStore {
         };
         let key = call.instances_key();
         let write = call.writer();
-        let reply = match self.command(&key, &write).await {
-            Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
-                let load = |out: &mut Vec<u8>| {
-                    pipe::Command::new(out, 3)
-                        .arg(b"SCRIPT")
-                        .arg(b"LOAD")
-                        .arg(LEASE_SYNC.as_bytes());
-                };
-                self.command(&key, &load).await?;
-                self.command(&key, &write).await?
-            }
-            reply => reply?,
+        let load = |out: &mut Vec<u8>| {
+            pipe::Command::new(out, 3)
+                .arg(b"SCRIPT")
+                .arg(b"LOAD")
+                .arg(LEASE_SYNC.as_bytes());
         };
+        let reply = self.script_command(&key, &write, &load).await?;
         parse_reply(reply, entries.len())
     }
 }

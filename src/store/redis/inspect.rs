@@ -55,6 +55,40 @@ impl RedisStore {
         Ok(())
     }
 
+    /// A script call of its own on a single node, with `load` (the script's `SCRIPT LOAD`)
+    /// sent and the call retried once when the node answers `NOSCRIPT` (restarted, flushed),
+    /// all as one call under the node's breaker. Sent as calls of their own, a `NOSCRIPT`
+    /// counted as a failure: after an outage the breaker's probe met it, the breaker opened
+    /// again, and the load that would have ended it was never sent.
+    pub(crate) async fn script_command(
+        &self,
+        key: &[u8],
+        write: &(dyn Fn(&mut Vec<u8>) + Sync),
+        load: &(dyn Fn(&mut Vec<u8>) + Sync),
+    ) -> Result<pipe::Reply, StoreError> {
+        let Backend::Node(node) = &self.backend else {
+            return match self.command(key, write).await {
+                Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
+                    self.command(key, load).await?;
+                    self.command(key, write).await
+                }
+                reply => reply,
+            };
+        };
+        let wait = self.config.longest_wait();
+        let pipe = node.pipe();
+        let call = async {
+            match pipe.call(wait, write).await {
+                Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
+                    pipe.call(wait, load).await?;
+                    pipe.call(wait, write).await
+                }
+                reply => reply,
+            }
+        };
+        node.guarded(call).await
+    }
+
     /// One command of its own (never merged), on the node of `key`'s slot.
     pub(crate) async fn command(
         &self,
