@@ -34,6 +34,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ServerConfig, TlsListenerConfig};
 use crate::metrics::{Metrics, TimeoutCounters};
 use crate::proxy::Runtime;
@@ -89,8 +90,18 @@ pub struct Gateway {
 impl Gateway {
     /// Builds the runtime and binds every listener of `config` (plain ones first).
     pub async fn bind(config: Config) -> Result<Gateway, ServeError> {
+        Gateway::bind_with_clock(config, Arc::new(SystemClock::new())).await
+    }
+
+    /// As `bind`, with the time every in-process limit, the edge layer and the leases read
+    /// (kept across reloads): tests advance a manual clock instead of waiting for a window.
+    pub async fn bind_with_clock(
+        config: Config,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Gateway, ServeError> {
         let metrics = Arc::new(Metrics::new());
-        let runtime = Arc::new(ArcSwap::from_pointee(Runtime::new(&config, metrics)?));
+        let runtime = Runtime::build(&config, clock, metrics, None)?;
+        let runtime = Arc::new(ArcSwap::from_pointee(runtime));
         let admin = match config.admin {
             Some(addr) => Some(bind(addr).await?),
             None => None,
