@@ -8,15 +8,16 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures_util::FutureExt;
 use http::{HeaderMap, HeaderValue};
-use ratelimit_proxy::client_ip::{ClientIpPolicy, ForwardHeader};
-use ratelimit_proxy::clock::{Clock, SystemClock};
-use ratelimit_proxy::edge::{EdgeLayer, EdgePolicy};
-use ratelimit_proxy::http1::request_fields::RequestFields;
-use ratelimit_proxy::ip_set::IpSet;
-use ratelimit_proxy::limit::key::{KeyPart, Missing, RequestFacts};
-use ratelimit_proxy::limit::limiter::{Limiter, RouteLimits, Stores};
-use ratelimit_proxy::limit::rules::{LimitRule, OnError, Window};
-use ratelimit_proxy::limit::{Algorithm, Rate};
+use ratelimit_proxy::testing::IpSet;
+use ratelimit_proxy::testing::RequestFields;
+use ratelimit_proxy::testing::RouteLimits;
+use ratelimit_proxy::testing::{Algorithm, Rate};
+use ratelimit_proxy::testing::{ClientIpPolicy, ForwardHeader};
+use ratelimit_proxy::testing::{Clock, SystemClock};
+use ratelimit_proxy::testing::{EdgeLayer, EdgePolicy};
+use ratelimit_proxy::testing::{KeyPart, Missing, RequestFacts};
+use ratelimit_proxy::testing::{LimitRule, OnError, Window};
+use ratelimit_proxy::testing::{Limiter, Stores};
 
 fn random_v4_blocks(count: usize, seed: u64) -> Vec<ipnet::IpNet> {
     let mut rng = fastrand::Rng::with_seed(seed);
@@ -145,8 +146,8 @@ fn limits_decision(c: &mut Criterion) {
         ),
     ];
     let stores = Stores {
-        memory: Arc::new(ratelimit_proxy::store::memory::MemoryStore::new(4_000_000)),
-        redis: None,
+        memory: Arc::new(ratelimit_proxy::testing::MemoryStore::new(4_000_000)),
+        shared: None,
         fallback_instances: 1,
         leases: None,
     };
@@ -186,7 +187,7 @@ fn limits_decision(c: &mut Criterion) {
 /// The canonical request step's parsers: a typical API path (already canonical: the fast path
 /// with no allocation), one that needs decoding and dot removal, and a Host.
 fn canonical_form(c: &mut Criterion) {
-    use ratelimit_proxy::canonical::{host, path};
+    use ratelimit_proxy::testing::{host, path};
     let keep = path::EscapedSlashes::Keep;
     for target in ["/v1/users/12345/orders", "/api/v2/search/items-by-tag"] {
         c.bench_function(&format!("normalize canonical path {target}"), |b| {

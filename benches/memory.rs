@@ -4,10 +4,10 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use ratelimit_proxy::edge::{EdgeLayer, EdgePolicy};
-use ratelimit_proxy::limit::{Algorithm, Rate};
-use ratelimit_proxy::store::WindowRequest;
-use ratelimit_proxy::store::memory::MemoryStore;
+use ratelimit_proxy::testing::MemoryStore;
+use ratelimit_proxy::testing::WindowRequest;
+use ratelimit_proxy::testing::{Algorithm, Rate};
+use ratelimit_proxy::testing::{EdgeLayer, EdgePolicy};
 
 const NOW: u64 = 1_000_000_000_000;
 

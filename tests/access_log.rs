@@ -136,7 +136,7 @@ fn a_bad_denied_setting_names_its_path_and_the_forms_expected() {
             "[log]\ndenied = \"{bad}\"\n{}",
             one_route_config(&["http://127.0.0.1:9".into()], "")
         );
-        let error = ratelimit_proxy::config::parse_str(&text, "gw.toml").unwrap_err();
+        let error = ratelimit_proxy::testing::parse_str(&text, "gw.toml").unwrap_err();
         assert_eq!(
             error.to_string(),
             format!(
@@ -165,7 +165,7 @@ async fn text_logs_off_a_terminal_have_no_colours_and_say_what_started_and_that_
     assert!(!all.contains('\x1b'), "escape codes in:\n{all}");
     for field in [
         format!("version=\"{}\"", env!("CARGO_PKG_VERSION")),
-        format!("commit=\"{}\"", ratelimit_proxy::build_info::COMMIT),
+        format!("commit=\"{}\"", ratelimit_proxy::testing::COMMIT),
         format!("config={}", path.display()),
         "listeners=http://127.0.0.1:".to_string(),
         "admin=127.0.0.1:".to_string(),

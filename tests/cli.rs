@@ -49,7 +49,7 @@ fn path_str(path: &Path) -> &str {
 fn version_names_the_package_version_and_the_commit() {
     let (ok, stdout, _) = run(&["--version"], &[]);
     assert!(ok);
-    let commit = ratelimit_proxy::build_info::COMMIT;
+    let commit = ratelimit_proxy::testing::COMMIT;
     assert!(!commit.is_empty());
     assert_eq!(
         stdout.trim_end(),

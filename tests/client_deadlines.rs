@@ -218,7 +218,7 @@ async fn slow_upload(stream: TcpStream, head: &str, total: usize) -> Vec<u8> {
 
 #[tokio::test]
 async fn a_slow_upload_outlasts_header_read_timeout_while_its_answer_streams() {
-    let echo = ratelimit_proxy::echo::spawn("127.0.0.1:0".parse().unwrap())
+    let echo = ratelimit_proxy::testing::echo::spawn("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let server = "header_read_timeout = \"500ms\"\nidle_timeout = \"500ms\"";

@@ -313,7 +313,7 @@ async fn ip_lists_load_from_files_next_to_the_config() {
         "198.51.100.0/24\nnot a cidr\n",
     )
     .unwrap();
-    let error = ratelimit_proxy::config::load(&path)
+    let error = ratelimit_proxy::testing::load(&path)
         .unwrap_err()
         .to_string();
     assert!(

@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 
 use common::check_config as check;
-use ratelimit_proxy::config::parse_str;
+use ratelimit_proxy::testing::parse_str;
 
 fn write_config(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("rlp-config-test-{}", std::process::id()));
@@ -492,14 +492,14 @@ fn redis_store_defaults() {
     let text = format!(
         "{VALID}\n[store]\nbackend = \"redis\"\nurl = \"redis://h:1\"\n[[limits]]\nname = \"l\"\nkey = [\"ip\"]\nrates = [{{ limit = 5, per = \"1m\" }}]\n"
     );
-    let config = ratelimit_proxy::config::parse_str(&text, "gw.toml").unwrap();
+    let config = ratelimit_proxy::testing::parse_str(&text, "gw.toml").unwrap();
     let redis = config.store.redis.as_ref().unwrap();
     assert_eq!(redis.timeout, std::time::Duration::from_millis(50));
     assert_eq!(redis.connect_timeout, std::time::Duration::from_secs(1));
     assert!(!config.store.ready_requires_redis);
     assert_eq!(
         config.limits[0].on_error,
-        ratelimit_proxy::limit::rules::OnError::Local
+        ratelimit_proxy::testing::OnError::Local
     );
 }
 
@@ -633,7 +633,7 @@ lists = [{ list = "ofice_nat", tier = "nat" }, { list = "office_nat", tier = "na
 #[test]
 fn the_example_gives_the_office_nat_a_higher_exact_limit() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config.example.toml");
-    let config = ratelimit_proxy::config::load(&example).unwrap();
+    let config = ratelimit_proxy::testing::load(&example).unwrap();
     let plans = config.plans.as_ref().unwrap();
     let office = plans.tier_by_address("203.0.113.9".parse().unwrap());
     let elsewhere = plans.tier_by_address("192.0.2.1".parse().unwrap());

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use http::StatusCode;
-use ratelimit_proxy::config::{MAX_PROBLEMS, parse_str};
+use ratelimit_proxy::testing::{MAX_PROBLEMS, parse_str};
 
 const VALID: &str = r#"
 [server]

@@ -1,8 +1,8 @@
 //! `consistency` and `sync_interval` of `[[limits]]`: what an approximate limit needs, each
 //! mistake reported with the file, the key path and what was expected.
 
-use ratelimit_proxy::config::parse_str;
-use ratelimit_proxy::limit::rules::Consistency;
+use ratelimit_proxy::testing::Consistency;
+use ratelimit_proxy::testing::parse_str;
 
 fn config(store: &str, algorithm: &str, extra: &str) -> String {
     format!(

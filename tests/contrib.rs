@@ -214,7 +214,7 @@ async fn every_metric_the_dashboard_and_the_alerts_select_is_exported() {
         assert!(rule.labels.contains_key("severity"), "{}", rule.alert);
         assert!(rule.annotations.contains_key("summary"), "{}", rule.alert);
         if let Some(pending) = &rule.pending_for {
-            ratelimit_proxy::config::parse_duration(pending).expect("a duration");
+            ratelimit_proxy::testing::parse_duration(pending).expect("a duration");
         }
     }
     let alerted: BTreeSet<String> = expressions.iter().flat_map(|e| selected_names(e)).collect();

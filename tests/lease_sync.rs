@@ -8,11 +8,11 @@ mod common;
 use std::time::Duration;
 
 use common::redis_server::RedisServer;
-use ratelimit_proxy::limit::lease::{Grant, SyncAsk};
-use ratelimit_proxy::limit::{Algorithm, Rate, WindowCheck};
-use ratelimit_proxy::store::WindowRequest;
-use ratelimit_proxy::store::lease_sync::{SyncEntry, SyncReply};
-use ratelimit_proxy::store::redis::{RedisConfig, RedisStore, StoreError};
+use ratelimit_proxy::testing::WindowRequest;
+use ratelimit_proxy::testing::{Algorithm, Rate, WindowCheck};
+use ratelimit_proxy::testing::{Grant, SyncAsk};
+use ratelimit_proxy::testing::{RedisConfig, RedisStore, StoreError};
+use ratelimit_proxy::testing::{SyncEntry, SyncReply};
 
 /// A realistic Unix time at the start of a minute, in ns.
 const START: u64 = 1_764_000_000 / 60 * 60 * 1_000_000_000;

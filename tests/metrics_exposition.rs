@@ -123,7 +123,7 @@ fn assert_build_and_process_metrics(
 ) {
     let build = [
         ("version", env!("CARGO_PKG_VERSION")),
-        ("commit", ratelimit_proxy::build_info::COMMIT),
+        ("commit", ratelimit_proxy::testing::COMMIT),
     ];
     assert_eq!(sample(scrape, "rlp_build_info", &build), &Value::Gauge(1.0));
     if !cfg!(target_os = "linux") {
@@ -151,7 +151,7 @@ fn assert_build_and_process_metrics(
 #[test]
 fn the_build_commit_is_the_checkouts_head() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let commit = ratelimit_proxy::build_info::COMMIT;
+    let commit = ratelimit_proxy::testing::COMMIT;
     if let Ok(given) = std::env::var("RLP_GIT_COMMIT")
         && !given.trim().is_empty()
     {

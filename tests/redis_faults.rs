@@ -338,7 +338,7 @@ async fn connections_are_opened_and_the_script_loaded_at_start_and_on_reload() {
         let store = redis_store(server, "eager:", "");
         config(&upstream, &store, &[("/", "per-key")], &limits)
     };
-    let sha = redis::Script::new(ratelimit_proxy::store::script::SCRIPT)
+    let sha = redis::Script::new(ratelimit_proxy::testing::SCRIPT)
         .get_hash()
         .to_string();
     let warm = |server: &RedisServer| {

@@ -11,11 +11,12 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::redis_server::RedisServer;
 use futures_util::future::join_all;
-use ratelimit_proxy::limit::{Algorithm, Rate};
-use ratelimit_proxy::store::WindowRequest;
-use ratelimit_proxy::store::pipe::{Command, Pipe, Reply, Settings, Tls};
-use ratelimit_proxy::store::redis::StoreError;
-use ratelimit_proxy::store::script::ScriptCall;
+use ratelimit_proxy::testing::NodePipe as Pipe;
+use ratelimit_proxy::testing::ScriptCall;
+use ratelimit_proxy::testing::StoreError;
+use ratelimit_proxy::testing::WindowRequest;
+use ratelimit_proxy::testing::{Algorithm, Rate};
+use ratelimit_proxy::testing::{Command, Reply, Settings, Tls};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
@@ -448,12 +449,12 @@ async fn over_tls_the_server_is_verified_and_calls_keep_their_replies() {
     use rustls::pki_types::{CertificateDer, ServerName};
     let (server, ca_pem) = RedisServer::start_tls_with_private_ca();
     let tls = |ca_pem: &str| {
-        let roots = ratelimit_proxy::tls::upstream::UpstreamTls {
+        let roots = ratelimit_proxy::testing::UpstreamTls {
             ca_certs: vec![CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap()],
             ..Default::default()
         };
         Some(Tls {
-            config: Arc::new(ratelimit_proxy::tls::upstream::client_config(&roots).unwrap()),
+            config: Arc::new(ratelimit_proxy::testing::client_config(&roots).unwrap()),
             name: ServerName::try_from("127.0.0.1").unwrap(),
         })
     };
@@ -562,7 +563,7 @@ async fn script_call(pipe: &Pipe, requests: &[WindowRequest]) -> Result<Reply, S
         limits: &limits,
         now: None,
     };
-    pipe.call_script(soon(), &call).await
+    pipe.call_merged(soon(), &call).await
 }
 
 /// A window's remaining count in a script's reply (four little-endian doubles a window).
@@ -586,7 +587,7 @@ async fn script_calls_made_together_are_one_evalsha_each_answered_with_its_piece
         Command::new(out, 3)
             .arg(b"SCRIPT")
             .arg(b"LOAD")
-            .arg(ratelimit_proxy::store::script::SCRIPT.as_bytes());
+            .arg(ratelimit_proxy::testing::SCRIPT.as_bytes());
     };
     let Ok(Reply::Bulk(sha)) = pipe.call(soon(), load).await else {
         panic!("the script was not loaded");
@@ -604,7 +605,7 @@ async fn script_calls_made_together_are_one_evalsha_each_answered_with_its_piece
                 limits: &limits,
                 now: None,
             };
-            pipe.call_script(soon(), &call).await
+            pipe.call_merged(soon(), &call).await
         }
     };
     let mut given_up = Box::pin(call(1));
@@ -805,7 +806,7 @@ async fn without_merging_each_script_call_is_its_own_evalsha() {
         Command::new(out, 3)
             .arg(b"SCRIPT")
             .arg(b"LOAD")
-            .arg(ratelimit_proxy::store::script::SCRIPT.as_bytes());
+            .arg(ratelimit_proxy::testing::SCRIPT.as_bytes());
     };
     let Ok(Reply::Bulk(sha)) = pipe.call(soon(), load).await else {
         panic!("the script was not loaded");
@@ -823,7 +824,7 @@ async fn without_merging_each_script_call_is_its_own_evalsha() {
                 limits: &limits,
                 now: None,
             };
-            pipe.call_script(soon(), &call).await
+            pipe.call_merged(soon(), &call).await
         }
     };
     let (first, second, third) = tokio::join!(call(1), call(1), call(2));

@@ -8,10 +8,10 @@ use std::time::Duration;
 use common::redis_server::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
-use ratelimit_proxy::limit::{Algorithm, Rate, WindowCheck};
-use ratelimit_proxy::store::memory::MemoryStore;
-use ratelimit_proxy::store::redis::{RedisConfig, RedisStore};
-use ratelimit_proxy::store::{Small, WindowRequest};
+use ratelimit_proxy::testing::MemoryStore;
+use ratelimit_proxy::testing::{Algorithm, Rate, WindowCheck};
+use ratelimit_proxy::testing::{RedisConfig, RedisStore};
+use ratelimit_proxy::testing::{Small, WindowRequest};
 
 /// A realistic Unix time in µs, as Redis TIME gives it.
 const START_US: u64 = 1_764_000_000_000_000;
@@ -293,7 +293,7 @@ fn after_a_script_flush_merged_requests_load_the_script_and_stay_exact() {
     let store = RedisStore::new(store_config(&server, "flush:"), 1);
     let requests = [one_window(7, Algorithm::TokenBucket, 5, 3600)];
     let limits = ["flush"];
-    let allowed = |outcome: &ratelimit_proxy::store::redis::Outcome| {
+    let allowed = |outcome: &ratelimit_proxy::testing::Outcome| {
         assert!(outcome.error.is_none(), "{:?}", outcome.error);
         outcome
             .checks
@@ -387,7 +387,7 @@ fn a_window_state_expires_inside_a_key_kept_for_a_longer_window() {
 fn malformed_script_calls_are_refused_with_what_was_wrong() {
     let server = RedisServer::start();
     let mut connection = server.connection();
-    let script = redis::Script::new(ratelimit_proxy::store::script::SCRIPT);
+    let script = redis::Script::new(ratelimit_proxy::testing::SCRIPT);
     let doubles =
         |numbers: &[f64]| -> Vec<u8> { numbers.iter().flat_map(|n| n.to_le_bytes()).collect() };
     // Algorithm, group, shadow, limit, per, interval, burst, cost, max_delay, key, slot.
@@ -524,7 +524,7 @@ fn each_worker_calls_redis_on_its_own_connection() {
         .map(|index| {
             let (store, called) = (store.clone(), called.clone());
             std::thread::spawn(move || {
-                ratelimit_proxy::worker::set(index);
+                ratelimit_proxy::testing::worker::set(index);
                 let runtime = common::event_loop();
                 // Reported after the barriers: a panic before them would leave the others
                 // waiting.
@@ -551,11 +551,11 @@ fn each_worker_calls_redis_on_its_own_connection() {
     let store = RedisStore::new(store_config(&server, "w:"), 1);
     let runtime = common::event_loop();
     for index in [0, 1] {
-        ratelimit_proxy::worker::set(index);
+        ratelimit_proxy::testing::worker::set(index);
         let errors = runtime.block_on(three_calls(&store));
         assert!(errors.is_empty(), "{errors:?}");
     }
-    ratelimit_proxy::worker::set(0);
+    ratelimit_proxy::testing::worker::set(0);
     assert_eq!(clients(), 1, "one worker");
 }
 

@@ -147,7 +147,7 @@ async fn an_ip_list_file_change_is_picked_up_by_the_watcher() {
     let (gateway, path) =
         TestGateway::start_in_dir("reload-list", &[("blocked.txt", "# nobody yet\n")], &text).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(ratelimit_proxy::server::watch_files(
+    tokio::spawn(ratelimit_proxy::testing::watch_files(
         gateway.reloader.clone(),
         Duration::from_millis(50),
         stop.clone(),
@@ -257,7 +257,7 @@ async fn writing_the_config_file_reloads_it() {
     let (gateway, path) =
         TestGateway::start_in_dir("reload-write", &[], &limited_config(&upstream, 1, "")).await;
     let stop = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(ratelimit_proxy::server::watch_files(
+    tokio::spawn(ratelimit_proxy::testing::watch_files(
         gateway.reloader.clone(),
         Duration::from_millis(50),
         stop.clone(),

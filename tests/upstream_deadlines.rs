@@ -254,7 +254,7 @@ async fn a_client_that_stops_sending_its_body_gets_408_over_http1_and_http2() {
 
 #[tokio::test]
 async fn a_body_that_stops_while_its_answer_streams_ends_the_answer() {
-    let echo = ratelimit_proxy::echo::spawn("127.0.0.1:0".parse().unwrap())
+    let echo = ratelimit_proxy::testing::echo::spawn("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let server = "body_read_timeout = \"300ms\"";

@@ -93,7 +93,7 @@ async fn gateway(upstream: SocketAddr, route: &str) -> TestGateway {
 }
 
 async fn echo() -> SocketAddr {
-    ratelimit_proxy::echo::spawn("127.0.0.1:0".parse().unwrap())
+    ratelimit_proxy::testing::echo::spawn("127.0.0.1:0".parse().unwrap())
         .await
         .unwrap()
 }

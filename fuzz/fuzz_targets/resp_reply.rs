@@ -1,4 +1,4 @@
 #![no_main]
-//! See `ratelimit_proxy::fuzzing::resp_reply` for the invariants checked.
+//! See `ratelimit_proxy::testing::fuzz::resp_reply` for the invariants checked.
 
-libfuzzer_sys::fuzz_target!(|bytes: &[u8]| ratelimit_proxy::fuzzing::resp_reply(bytes));
+libfuzzer_sys::fuzz_target!(|bytes: &[u8]| ratelimit_proxy::testing::fuzz::resp_reply(bytes));

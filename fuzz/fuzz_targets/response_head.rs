@@ -1,4 +1,4 @@
 #![no_main]
-//! See `ratelimit_proxy::fuzzing::response_head` for the invariants checked.
+//! See `ratelimit_proxy::testing::fuzz::response_head` for the invariants checked.
 
-libfuzzer_sys::fuzz_target!(|bytes: &[u8]| ratelimit_proxy::fuzzing::response_head(bytes));
+libfuzzer_sys::fuzz_target!(|bytes: &[u8]| ratelimit_proxy::testing::fuzz::response_head(bytes));

@@ -26,7 +26,7 @@ const WIDEST_PRIVATE_V6_PREFIX: u8 = 7;
 
 /// One setting an operator should look at, at a key path such as `admin.listen`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Warning {
+pub(crate) struct Warning {
     pub path: String,
     pub message: String,
 }

@@ -8,10 +8,10 @@ use serde_json::{Map, Value, json};
 
 use super::Config;
 use super::rates::format_per;
-use crate::canonical::{EscapedSlashes, Underscores};
-use crate::client_ip::ForwardHeader;
 use crate::limit::key::Missing;
 use crate::limit::rules::{Consistency, OnError, Tier, Window};
+use crate::request::canonical::{EscapedSlashes, Underscores};
+use crate::request::client_ip::ForwardHeader;
 
 /// Fills the absent keys of `document` (the file as JSON) with `config`'s values.
 pub(super) fn fill(document: &mut Value, config: &Config) {
@@ -207,6 +207,7 @@ fn duration(value: Duration) -> Value {
 }
 
 /// The object at `key`, made when absent.
+#[expect(clippy::expect_used, reason = "the value is made an object just above")]
 fn section<'a>(top: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
     let value = top.entry(key).or_insert_with(|| json!({}));
     if !value.is_object() {

@@ -10,7 +10,7 @@ const REDACTED: &str = "<redacted>";
 /// Keys whose values are secrets wherever they appear.
 const SECRET_KEYS: [&str; 3] = ["hash_secret", "password", "token"];
 
-pub fn describe(text: &str, source: &str) -> Value {
+pub(super) fn describe(text: &str, source: &str) -> Value {
     let mut config = toml::from_str::<toml::Table>(text)
         .ok()
         .and_then(|table| serde_json::to_value(table).ok())

@@ -34,7 +34,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// Parses a rate such as `"200/s"`, `"100/m"` or `"5000/h"` into (count, period).
-pub fn parse_rate(text: &str) -> Result<(u64, Duration), String> {
+pub(crate) fn parse_rate(text: &str) -> Result<(u64, Duration), String> {
     let expected = || {
         format!(
             "expected a rate like \"200/s\", \"100/m\" or \"5000/h\", got {}",

@@ -15,7 +15,7 @@ pub(super) type Lookup<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Why a value's `${…}` cannot be expanded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ExpandError {
+pub(crate) enum ExpandError {
     #[error("environment variable {0} is not set")]
     Unset(String),
     #[error("\"${{\" without a closing \"}}\": expected ${{NAME}} (or $${{ for a literal ${{)")]
@@ -32,7 +32,7 @@ pub enum ExpandError {
 }
 
 /// `value` with each `${NAME}` replaced by `lookup(NAME)`.
-pub fn expand(value: &str, lookup: Lookup<'_>) -> Result<String, ExpandError> {
+pub(crate) fn expand(value: &str, lookup: Lookup<'_>) -> Result<String, ExpandError> {
     let mut expanded = String::with_capacity(value.len());
     let mut rest = value;
     while let Some(at) = rest.find("${") {

@@ -7,10 +7,10 @@ use super::network::IpLists;
 use super::problems::{Problems, echo};
 use super::rates::{tiers, windows};
 use super::raw::{RawLimit, RawRoute};
-use crate::ip_set::IpSet;
 use crate::limit::key::{KeyPart, Missing};
 use crate::limit::rules::{Consistency, LimitRule, OnError};
 use crate::limit::{Algorithm, Rate};
+use crate::request::ip_set::IpSet;
 use crate::store::script::MAX_WINDOWS;
 
 pub(super) fn limits(
@@ -143,7 +143,7 @@ fn consistency(
 }
 
 /// `sync_interval` when an approximate limit does not say.
-pub const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
+pub(super) const DEFAULT_SYNC_INTERVAL: Duration = Duration::from_millis(100);
 
 fn algorithm(raw: &RawLimit, path: &str, problems: &mut Problems) -> Algorithm {
     match raw.algorithm.as_deref() {

@@ -23,28 +23,25 @@ mod tls;
 mod upstreams;
 mod validate;
 
+pub(crate) use crate::request::route::RouteConfig;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Method;
-
-use crate::canonical::{EscapedSlashes, Underscores};
-use crate::client_ip::ClientIpPolicy;
-use crate::edge::EdgePolicy;
+use crate::admission::edge::EdgePolicy;
 use crate::limit::rules::{LimitRule, OnError, Plans};
-pub use crate::store::redis::RedisConfig;
+use crate::request::canonical::{EscapedSlashes, Underscores};
+use crate::request::client_ip::ClientIpPolicy;
+pub(crate) use crate::store::redis::RedisConfig;
 use crate::tls::upstream::UpstreamTls;
 use http::uri::{Authority, Scheme};
 
-pub use checks::Warning;
-pub use duration::{parse_duration, parse_rate};
-pub use environment::{ExpandError, expand};
-pub use network::{IpLists, parse_cidr};
+pub use duration::parse_duration;
+pub(crate) use network::{IpLists, parse_cidr};
 pub use problems::MAX_PROBLEMS;
-pub use tls::TlsListenerConfig;
+pub(crate) use tls::TlsListenerConfig;
 
 /// A validated configuration, ready to serve.
 #[derive(Debug, Clone)]
@@ -143,28 +140,6 @@ pub struct HealthCheck {
     pub timeout: Duration,
     pub healthy_threshold: u32,
     pub unhealthy_threshold: u32,
-}
-
-#[derive(Debug, Clone)]
-pub struct RouteConfig {
-    pub name: String,
-    /// Lower-case host without port; `None` matches any host.
-    pub host: Option<String>,
-    /// In canonical form (`crate::canonical::path`).
-    pub path_prefix: String,
-    /// False: the prefix matches paths in any case (`case_sensitive = false`).
-    pub case_sensitive: bool,
-    /// `None` matches any method.
-    pub methods: Option<Vec<Method>>,
-    /// Protocols a request may switch to (lower-case); `h2c` never.
-    pub upgrades: Vec<String>,
-    /// Index into `Config::upstreams`.
-    pub upstream: usize,
-    /// Indices into `Config::limits`.
-    pub limits: Vec<usize>,
-    pub cost: u64,
-    /// Concurrency cap: beyond it, 503 with Retry-After.
-    pub max_in_flight: Option<usize>,
 }
 
 /// `[log]`: JSON or text lines, and whether to write one access line per request.

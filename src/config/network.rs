@@ -9,13 +9,13 @@ use ipnet::IpNet;
 use super::duration::parse_rate;
 use super::problems::{Problems, echo};
 use super::raw::{RawClientIp, RawEdge, RawEdgeOverride};
-use crate::client_ip::{ClientIpPolicy, ForwardHeader};
-use crate::edge::{EdgeOverride, EdgePolicy};
-use crate::ip_set::IpSet;
+use crate::admission::edge::{EdgeOverride, EdgePolicy};
 use crate::limit::Rate;
+use crate::request::client_ip::{ClientIpPolicy, ForwardHeader};
+use crate::request::ip_set::IpSet;
 
 /// Named IP lists, each compiled once into a set.
-pub type IpLists = BTreeMap<String, Arc<IpSet>>;
+pub(crate) type IpLists = BTreeMap<String, Arc<IpSet>>;
 
 /// At most this many bad lines are reported per list file.
 const MAX_FILE_PROBLEMS: usize = 5;
@@ -70,7 +70,7 @@ pub(super) fn client_ip(raw: Option<&RawClientIp>, problems: &mut Problems) -> C
 }
 
 /// `198.51.100.0/24`, `2001:db8::/32`, or a bare address (one host).
-pub fn parse_cidr(text: &str) -> Result<IpNet, String> {
+pub(crate) fn parse_cidr(text: &str) -> Result<IpNet, String> {
     let text = text.trim();
     text.parse::<IpNet>()
         .map(|net| net.trunc())

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use super::problems::Problems;
 use super::rates::format_per;
-use crate::edge::{EdgeOverride, EdgePolicy};
-use crate::ip_set::IpSet;
+use crate::admission::edge::{EdgeOverride, EdgePolicy};
 use crate::limit::rules::Plans;
+use crate::request::ip_set::IpSet;
 
 /// One entry of a first-match-wins list of lists: its list and what it does, as told.
 struct Claim<'a> {

@@ -108,11 +108,11 @@ impl Problems {
 
 /// A value from the file as a message quotes it: `{:?}` of at most 64 characters, then how
 /// long it really was.
-pub fn echo(value: &str) -> Echo<'_> {
+pub(super) fn echo(value: &str) -> Echo<'_> {
     Echo(value)
 }
 
-pub struct Echo<'a>(&'a str);
+pub(super) struct Echo<'a>(&'a str);
 
 impl fmt::Display for Echo<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -125,7 +125,7 @@ impl fmt::Display for Echo<'_> {
 
 /// `text` whole when short; else its start and its end around a note of what was left out,
 /// so that both a quoted value's beginning and "expected …" after it stay readable.
-pub fn clip(text: &str) -> String {
+pub(super) fn clip(text: &str) -> String {
     if text.len() <= MAX_MESSAGE_BYTES {
         return text.to_string();
     }

@@ -5,7 +5,7 @@ use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawConfig {
+pub(super) struct RawConfig {
     #[serde(default)]
     pub server: RawServer,
     #[serde(default)]
@@ -29,7 +29,7 @@ pub struct RawConfig {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawServer {
+pub(super) struct RawServer {
     pub listen: Option<Vec<String>>,
     pub header_read_timeout: Option<String>,
     pub idle_timeout: Option<String>,
@@ -49,7 +49,7 @@ pub struct RawServer {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawTlsListener {
+pub(super) struct RawTlsListener {
     pub listen: String,
     pub certs: Vec<RawCertFiles>,
     pub min_version: Option<String>,
@@ -58,14 +58,14 @@ pub struct RawTlsListener {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawCertFiles {
+pub(super) struct RawCertFiles {
     pub cert: String,
     pub key: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawUpstream {
+pub(super) struct RawUpstream {
     pub name: String,
     pub servers: Vec<String>,
     pub balance: Option<String>,
@@ -82,7 +82,7 @@ pub struct RawUpstream {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawHealthCheck {
+pub(super) struct RawHealthCheck {
     pub path: String,
     pub interval: Option<String>,
     pub timeout: Option<String>,
@@ -92,7 +92,7 @@ pub struct RawHealthCheck {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRoute {
+pub(super) struct RawRoute {
     pub name: String,
     pub host: Option<String>,
     pub path_prefix: Option<String>,
@@ -107,7 +107,7 @@ pub struct RawRoute {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawLimit {
+pub(super) struct RawLimit {
     pub name: String,
     pub key: Vec<String>,
     pub missing: Option<String>,
@@ -127,7 +127,7 @@ pub struct RawLimit {
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawRate {
+pub(super) struct RawRate {
     pub limit: i64,
     pub per: String,
     pub burst: Option<i64>,
@@ -135,7 +135,7 @@ pub struct RawRate {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawPlans {
+pub(super) struct RawPlans {
     pub key: String,
     pub file: Option<String>,
     pub default: Option<String>,
@@ -148,21 +148,21 @@ pub struct RawPlans {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawTierList {
+pub(super) struct RawTierList {
     pub list: String,
     pub tier: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawResponse {
+pub(super) struct RawResponse {
     pub headers: Option<Vec<String>>,
     pub problem_type: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawStore {
+pub(super) struct RawStore {
     pub backend: Option<String>,
     pub hash_secret: Option<String>,
     pub max_entries: Option<i64>,
@@ -180,7 +180,7 @@ pub struct RawStore {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawLog {
+pub(super) struct RawLog {
     pub format: Option<String>,
     pub access: Option<bool>,
     pub denied: Option<String>,
@@ -188,13 +188,13 @@ pub struct RawLog {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawAdmin {
+pub(super) struct RawAdmin {
     pub listen: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawClientIp {
+pub(super) struct RawClientIp {
     pub trusted_proxies: Option<Vec<String>>,
     pub header: Option<String>,
     pub ipv6_prefix: Option<i64>,
@@ -202,7 +202,7 @@ pub struct RawClientIp {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawEdge {
+pub(super) struct RawEdge {
     pub rate: String,
     pub burst: Option<i64>,
     pub max_tracked: Option<i64>,
@@ -212,7 +212,7 @@ pub struct RawEdge {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawEdgeOverride {
+pub(super) struct RawEdgeOverride {
     pub list: String,
     pub exempt: Option<bool>,
     pub rate: Option<String>,

@@ -1,4 +1,4 @@
-//! The settings of the canonical request step (`crate::canonical`): `[server]
+//! The settings of the canonical request step (`crate::request::canonical`): `[server]
 //! underscores_in_headers` and `escaped_slashes`, and what a route may say about requests
 //! (its path prefix in canonical form, its methods, its upgrades, whether case matters).
 
@@ -6,10 +6,10 @@ use http::Method;
 
 use super::problems::{Problems, echo};
 use super::raw::{RawRoute, RawServer};
-use crate::canonical::Underscores;
-use crate::canonical::path::{self, EscapedSlashes};
 use crate::limit::key::KeyPart;
 use crate::limit::rules::{LimitRule, Plans};
+use crate::request::canonical::Underscores;
+use crate::request::canonical::path::{self, EscapedSlashes};
 
 pub(super) fn underscores(raw: &RawServer, problems: &mut Problems) -> Underscores {
     match raw.underscores_in_headers.as_deref() {

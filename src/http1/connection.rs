@@ -8,14 +8,14 @@ use super::fields::list_items;
 
 /// The `close` and `keep-alive` options of a message's Connection fields.
 #[derive(Clone, Copy, Default, Debug)]
-pub struct ConnectionOptions {
+pub(crate) struct ConnectionOptions {
     close: bool,
     keep_alive: bool,
 }
 
 impl ConnectionOptions {
     /// Notes every option of one Connection field's value.
-    pub fn add(&mut self, list: &[u8]) {
+    pub(crate) fn add(&mut self, list: &[u8]) {
         for option in list_items(list) {
             self.note(option);
         }
@@ -24,7 +24,7 @@ impl ConnectionOptions {
     /// Notes one option of a Connection list; false when it is neither `close` nor
     /// `keep-alive` (then it names a field meant for this connection only).
     #[inline]
-    pub fn note(&mut self, option: &[u8]) -> bool {
+    pub(crate) fn note(&mut self, option: &[u8]) -> bool {
         if option.eq_ignore_ascii_case(b"close") {
             self.close = true;
         } else if option.eq_ignore_ascii_case(b"keep-alive") {
@@ -37,7 +37,7 @@ impl ConnectionOptions {
 
     /// Whether the connection persists after the message: never after `close`; otherwise
     /// HTTP/1.1 does, HTTP/1.0 only when asked to with `keep-alive`.
-    pub fn keeps_alive(self, version: Version) -> bool {
+    pub(crate) fn keeps_alive(self, version: Version) -> bool {
         if version == Version::HTTP_10 {
             self.keep_alive && !self.close
         } else {

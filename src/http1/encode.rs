@@ -9,13 +9,13 @@ use super::fields::{Role, role};
 mod response;
 
 use super::request_fields::RequestFields;
-pub use response::{
+pub(crate) use response::{
     ResponseHeadFields, ResponseLength, encode_length, encode_response_head, response_length,
 };
 
 /// The fields a client sets on a request it sends, written around the request's own: Host
 /// first, the rest after them. The request's own fields these replace are left out.
-pub trait SenderFields {
+pub(crate) trait SenderFields {
     /// Writes the Host line, which goes first (RFC 9110 §7.2 recommends it), if any.
     fn encode_host(&self, buf: &mut Vec<u8>);
     /// True for a field of the request's own that is not written.
@@ -27,7 +27,7 @@ pub trait SenderFields {
 /// Writes the request line (origin-form `target`), the request's `fields` less those `set`
 /// leaves out, then `set`'s. `length`: `None` for no body, `Some(None)` for a body of unknown
 /// length (chunked), `Some(Some(n))` for `n` bytes.
-pub fn encode_request_head(
+pub(crate) fn encode_request_head(
     buf: &mut Vec<u8>,
     method: &Method,
     target: &PathAndQuery,
@@ -59,7 +59,7 @@ pub fn encode_request_head(
 }
 
 /// A head line, `name: value\r\n`.
-pub fn encode_field(buf: &mut Vec<u8>, name: impl AsRef<[u8]>, value: &[u8]) {
+pub(crate) fn encode_field(buf: &mut Vec<u8>, name: impl AsRef<[u8]>, value: &[u8]) {
     let name = name.as_ref();
     buf.reserve(name.len() + value.len() + 4);
     buf.extend_from_slice(name);
@@ -69,7 +69,7 @@ pub fn encode_field(buf: &mut Vec<u8>, name: impl AsRef<[u8]>, value: &[u8]) {
 }
 
 /// `n` in lowercase hexadecimal, written into `out`.
-pub fn hex(mut n: usize, out: &mut [u8; 16]) -> &[u8] {
+pub(crate) fn hex(mut n: usize, out: &mut [u8; 16]) -> &[u8] {
     let mut start = out.len();
     loop {
         start -= 1;

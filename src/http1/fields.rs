@@ -8,7 +8,7 @@ use http::{HeaderMap, HeaderName};
 /// What a field is to a proxy (RFC 9110 §7.6.1): the one definition of the hop-by-hop set,
 /// for requests and upstream responses alike.
 #[derive(Clone, Copy, PartialEq, Debug)]
-pub enum Role {
+pub(crate) enum Role {
     EndToEnd,
     Connection,
     ContentLength,
@@ -28,13 +28,13 @@ pub enum Role {
 impl Role {
     /// Never forwarded in a request: for this connection only, or an override of what was
     /// judged.
-    pub fn is_hop_by_hop(self) -> bool {
+    pub(crate) fn is_hop_by_hop(self) -> bool {
         !matches!(self, Role::EndToEnd | Role::ContentLength | Role::Host)
     }
 
     /// The role that only fields called `name` have, if it has one of its own: finding such
     /// a field compares roles, not names.
-    pub fn only_of(name: &HeaderName) -> Option<Role> {
+    pub(crate) fn only_of(name: &HeaderName) -> Option<Role> {
         // Standard names compare as small numbers (matching the text would compare bytes).
         if *name == HOST {
             Some(Role::Host)
@@ -54,7 +54,7 @@ impl Role {
 
 /// `name`'s role, in any case. By length and first letter: most names differ from all of
 /// these in those alone; the rest are compared eight bytes at a time (`same_name`).
-pub fn role(name: &[u8]) -> Role {
+pub(crate) fn role(name: &[u8]) -> Role {
     let is = |known: &str| same_name(name, known.as_bytes());
     let Some(first) = name.first().map(u8::to_ascii_lowercase) else {
         return Role::EndToEnd;
@@ -78,7 +78,7 @@ pub fn role(name: &[u8]) -> Role {
 }
 
 /// Removes Connection and every header it names, and every hop-by-hop header (`role`).
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     // Most messages carry none: one pass over the names before removing anything.
     let any = headers.keys().any(is_hop_by_hop);
     if !any {
@@ -102,19 +102,19 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 }
 
 /// The items of a comma-separated list field value (RFC 9110 §5.6.1), blanks trimmed.
-pub fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(crate) fn list_items(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(<[u8]>::trim_ascii)
 }
 
 /// True when the list field value `value` holds `token`, in any case.
-pub fn lists(value: &[u8], token: &[u8]) -> bool {
+pub(crate) fn lists(value: &[u8], token: &[u8]) -> bool {
     list_items(value).any(|item| item.eq_ignore_ascii_case(token))
 }
 
 /// Whether `field` is `lower` (a `HeaderName`: lowercase ASCII) in any case, eight bytes at a
 /// time: the byte-at-a-time `eq_ignore_ascii_case` spends several instructions on every byte,
 /// and lookups are most of what a request's fields cost.
-pub fn same_name(field: &[u8], lower: &[u8]) -> bool {
+pub(crate) fn same_name(field: &[u8], lower: &[u8]) -> bool {
     if field.len() != lower.len() {
         return false;
     }
@@ -141,7 +141,7 @@ fn ascii_lowercase(word: u64) -> u64 {
 }
 
 /// A value as text when it is visible ASCII and tabs (`HeaderValue::to_str`'s rule).
-pub fn visible_text(value: &[u8]) -> Option<&str> {
+pub(crate) fn visible_text(value: &[u8]) -> Option<&str> {
     if is_visible_text(value) {
         std::str::from_utf8(value).ok()
     } else {
@@ -152,7 +152,7 @@ pub fn visible_text(value: &[u8]) -> Option<&str> {
 /// Whether `value` is visible ASCII and tabs, read as text where text is needed. Eight bytes
 /// at a time, then the last eight (overlapping ones already seen): the Host nearly every
 /// request carries is checked here, and a byte at a time took several instructions a byte.
-pub fn is_visible_text(value: &[u8]) -> bool {
+pub(crate) fn is_visible_text(value: &[u8]) -> bool {
     let visible = |bytes: &[u8]| {
         bytes
             .iter()

@@ -8,14 +8,14 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::Frame;
 
 /// Longest trailer section accepted.
-pub const MAX_TRAILER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_TRAILER_BYTES: usize = 64 * 1024;
 
 /// Longest chunk-size line, extensions included.
 const MAX_CHUNK_LINE: usize = 4096;
 
 /// Why a body's framing is broken; the connection it came on cannot be read any further.
 #[derive(Debug, thiserror::Error)]
-pub enum FramingError {
+pub(crate) enum FramingError {
     #[error("{0}")]
     Framing(&'static str),
     #[error("trailer section larger than {MAX_TRAILER_BYTES} bytes")]
@@ -26,7 +26,7 @@ pub enum FramingError {
 
 /// How a body is delimited, and how much of it is left.
 #[derive(Debug, PartialEq)]
-pub enum Framing {
+pub(crate) enum Framing {
     Length(u64),
     Chunked(Chunk),
     /// Ends when the sender closes the connection, which is then not reused (responses only).
@@ -38,7 +38,7 @@ pub enum Framing {
 
 /// Where a chunked body's reader is.
 #[derive(Debug, PartialEq)]
-pub enum Chunk {
+pub(crate) enum Chunk {
     Size,
     Data(u64),
     DataEnd,
@@ -47,7 +47,7 @@ pub enum Chunk {
 
 /// Takes the next frame of a body off `buf`, if it holds one; `Ok(None)` when more bytes are
 /// needed or the body has ended (`framing` is then `Done`).
-pub fn decode(
+pub(crate) fn decode(
     framing: &mut Framing,
     buf: &mut BytesMut,
 ) -> Result<Option<Frame<Bytes>>, FramingError> {
@@ -179,7 +179,7 @@ fn chunk_size(line: &[u8]) -> Option<u64> {
 
 /// Parsed fields as a header map (httparse has checked names and values): a trailer
 /// section, or a request head whose lines do not fit the gateway's own field container.
-pub fn header_map(fields: &[httparse::Header<'_>]) -> HeaderMap {
+pub(crate) fn header_map(fields: &[httparse::Header<'_>]) -> HeaderMap {
     let mut map = HeaderMap::with_capacity(fields.len());
     for field in fields {
         let name = HeaderName::from_bytes(field.name.as_bytes());
@@ -192,7 +192,7 @@ pub fn header_map(fields: &[httparse::Header<'_>]) -> HeaderMap {
 }
 
 /// Digits only (no sign, no spaces), as many as fit a u64: hyper reads the same values.
-pub fn parse_decimal(text: &[u8]) -> Option<u64> {
+pub(crate) fn parse_decimal(text: &[u8]) -> Option<u64> {
     if text.is_empty() {
         return None;
     }
@@ -204,7 +204,7 @@ pub fn parse_decimal(text: &[u8]) -> Option<u64> {
 
 /// Adds the values of one Content-Length field to what earlier ones said: each a decimal,
 /// all the same (RFC 9110 §8.6, RFC 9112 §6.3 item 5).
-pub fn add_content_length(seen: &mut Result<Option<u64>, &'static str>, list: &[u8]) {
+pub(crate) fn add_content_length(seen: &mut Result<Option<u64>, &'static str>, list: &[u8]) {
     for item in crate::http1::fields::list_items(list) {
         *seen = match (parse_decimal(item), *seen) {
             (_, Err(error)) => Err(error),

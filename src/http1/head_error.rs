@@ -4,7 +4,7 @@
 /// A request head the server refuses; the connection closes after the answer, as what
 /// follows the head cannot be told apart from it.
 #[derive(Debug, thiserror::Error)]
-pub enum HeadError {
+pub(crate) enum HeadError {
     #[error("malformed request head: {0}")]
     Malformed(httparse::Error),
     #[error("the request head is larger than {0} bytes")]

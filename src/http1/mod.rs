@@ -7,16 +7,16 @@
 //! becomes a gateway type (the server's request, the client's response fields), the caller
 //! names the type through a small trait and it is built in place as the head is read.
 
-pub mod connection;
-pub mod encode;
-pub mod fields;
-pub mod framing;
+pub(crate) mod connection;
+pub(crate) mod encode;
+pub(crate) mod fields;
+pub(crate) mod framing;
 mod head_error;
-pub mod request_body;
-pub mod request_fields;
-pub mod request_head;
-pub mod response_head;
-pub mod stream;
-pub mod upgrade;
+pub(crate) mod request_body;
+pub(crate) mod request_fields;
+pub(crate) mod request_head;
+pub(crate) mod response_head;
+pub(crate) mod stream;
+pub(crate) mod upgrade;
 
-pub use head_error::HeadError;
+pub(crate) use head_error::HeadError;

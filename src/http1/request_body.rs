@@ -12,10 +12,10 @@ use std::task::{Context, Poll, Waker};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The answering side's end.
-pub struct ServerBody {
+pub(crate) struct ServerBody {
     shared: Arc<Mutex<Slot>>,
     /// Bytes still to come, when the body has a Content-Length.
     left: Option<u64>,
@@ -23,13 +23,13 @@ pub struct ServerBody {
 }
 
 /// The connection's end.
-pub struct BodyFeed {
+pub(crate) struct BodyFeed {
     shared: Arc<Mutex<Slot>>,
 }
 
 /// What the connection's end is asked for.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Demand {
+pub(crate) enum Demand {
     /// The next frame.
     Frame,
     /// The body was dropped before its end: what is left of it will not be read.
@@ -47,7 +47,7 @@ struct Slot {
 }
 
 /// A connected pair for a body of `length` bytes (`None`: chunked).
-pub fn server_body(length: Option<u64>) -> (BodyFeed, ServerBody) {
+pub(crate) fn server_body(length: Option<u64>) -> (BodyFeed, ServerBody) {
     let shared = Arc::new(Mutex::new(Slot::default()));
     let feed = BodyFeed {
         shared: shared.clone(),
@@ -75,7 +75,7 @@ fn wake(waker: &mut Option<Waker>) {
 
 impl BodyFeed {
     /// Ready when the answering side waits for a frame, or dropped the body unfinished.
-    pub fn poll_demand(&self, cx: &mut Context<'_>) -> Poll<Demand> {
+    pub(crate) fn poll_demand(&self, cx: &mut Context<'_>) -> Poll<Demand> {
         let mut slot = lock(&self.shared);
         if slot.dropped {
             return Poll::Ready(Demand::Abandoned);
@@ -94,12 +94,12 @@ impl BodyFeed {
     }
 
     /// True when the answering side dropped the body before its end.
-    pub fn is_abandoned(&self) -> bool {
+    pub(crate) fn is_abandoned(&self) -> bool {
         lock(&self.shared).dropped
     }
 
     /// Hands over the next frame; `last` when the body ends with it.
-    pub fn give(&self, frame: Frame<Bytes>, last: bool) {
+    pub(crate) fn give(&self, frame: Frame<Bytes>, last: bool) {
         let mut slot = lock(&self.shared);
         slot.frame = Some(Ok(frame));
         slot.ended = last;
@@ -108,14 +108,14 @@ impl BodyFeed {
     }
 
     /// The body ended.
-    pub fn end(&self) {
+    pub(crate) fn end(&self) {
         let mut slot = lock(&self.shared);
         slot.ended = true;
         wake(&mut slot.reader);
     }
 
     /// The body cannot be read to its end: the client's framing is broken or it went away.
-    pub fn fail(&self, error: BoxError) {
+    pub(crate) fn fail(&self, error: BoxError) {
         let mut slot = lock(&self.shared);
         slot.frame = Some(Err(error));
         slot.ended = true;

@@ -245,7 +245,7 @@ impl RequestFields {
     }
 
     /// The fields as (lower-case name, value) in order, for tests.
-    #[cfg(any(test, fuzzing))]
+    #[cfg(any(test, fuzzing, feature = "testing"))]
     pub fn pairs(&self) -> Vec<(String, String)> {
         let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).into_owned();
         let mut pairs = Vec::new();
@@ -334,6 +334,6 @@ impl DoubleEndedIterator for Values<'_> {
 }
 
 mod edit;
-pub use edit::Repeated;
+pub(crate) use edit::Repeated;
 #[cfg(test)]
 pub(crate) mod tests;

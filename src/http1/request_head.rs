@@ -18,23 +18,23 @@ use super::request_fields::{FieldLines, RequestFields};
 /// What a server makes of a request head's parts: its request, with no body or upgrade yet.
 /// Built where the head is parsed and returned once, not built from a head type of its own:
 /// each move of a request is a copy of a few hundred bytes.
-pub trait FromParts {
+pub(crate) trait FromParts {
     fn from_parts(method: Method, uri: Uri, version: Version, fields: RequestFields) -> Self;
 }
 
 /// Most fields in a request head, as hyper allows.
-pub const MAX_FIELDS: usize = 100;
+pub(crate) const MAX_FIELDS: usize = 100;
 
 /// How a request's body is delimited.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum BodyLength {
+pub(crate) enum BodyLength {
     None,
     Exactly(u64),
     Chunked,
 }
 
 /// A request head as read, and what it says about its body and its connection.
-pub struct Arriving<R> {
+pub(crate) struct Arriving<R> {
     /// The request, with no body or upgrade yet: the caller connects those.
     pub request: R,
     pub body: BodyLength,
@@ -50,7 +50,7 @@ pub struct Arriving<R> {
 
 // Returned once a request and matched at once: the request is not boxed, though it is much
 // larger than the other variants (boxing it would cost an allocation).
-pub enum Parsed<R> {
+pub(crate) enum Parsed<R> {
     Request(Arriving<R>),
     /// More bytes are needed.
     Partial,
@@ -59,7 +59,7 @@ pub enum Parsed<R> {
 
 /// The request head at the start of `read`, split off it once complete. A head still
 /// incomplete at `max_head` bytes is refused.
-pub fn parse_request<R: FromParts>(read: &mut BytesMut, max_head: usize) -> Parsed<R> {
+pub(crate) fn parse_request<R: FromParts>(read: &mut BytesMut, max_head: usize) -> Parsed<R> {
     if read.is_empty() {
         return Parsed::Partial;
     }
@@ -273,8 +273,8 @@ fn body_length(
 
 /// A request as the server reads it from `bytes`, followed by the client's close: its head,
 /// then its body through the same framing: for the fuzz targets and the tests against hyper.
-#[cfg(any(test, fuzzing))]
-pub enum ReadRequest<R> {
+#[cfg(any(test, fuzzing, feature = "testing"))]
+pub(crate) enum ReadRequest<R> {
     /// The head and the body, `Err` when the body's framing is broken or it is cut short.
     Request(R, Result<Vec<u8>, String>),
     /// The head is not complete.
@@ -282,8 +282,8 @@ pub enum ReadRequest<R> {
     Refused(HeadError),
 }
 
-#[cfg(any(test, fuzzing))]
-pub fn read_for_fuzzing<R: FromParts>(bytes: &[u8]) -> ReadRequest<R> {
+#[cfg(any(test, fuzzing, feature = "testing"))]
+pub(crate) fn read_for_fuzzing<R: FromParts>(bytes: &[u8]) -> ReadRequest<R> {
     use super::framing::{Chunk, Framing, decode};
     let mut read = BytesMut::from(bytes);
     let arriving = match parse_request(&mut read, 64 * 1024) {

@@ -19,7 +19,7 @@ const MAX_HEADERS: usize = 128;
 /// Where a response's end-to-end fields are copied as its head is read: the recipient's own
 /// container, filled in place (copying them into it afterwards would copy every field of
 /// every response once more).
-pub trait ResponseFields {
+pub(crate) trait ResponseFields {
     /// Room for the fields of a head of `head_length` bytes.
     fn with_capacity(head_length: usize) -> Self;
     /// Appends a field: `name` is a token and `value` a valid field value, as httparse
@@ -33,7 +33,7 @@ pub trait ResponseFields {
 }
 
 /// A response head, and how its body is read.
-pub struct ResponseHead<F> {
+pub(crate) struct ResponseHead<F> {
     /// The status and version; its header map stays empty, the fields are in `fields`.
     pub response: Response<()>,
     pub fields: F,
@@ -44,7 +44,7 @@ pub struct ResponseHead<F> {
 
 /// Why a response head cannot be read; the connection it came on cannot be read any further.
 #[derive(Debug, thiserror::Error)]
-pub enum ResponseHeadError {
+pub(crate) enum ResponseHeadError {
     #[error("malformed response head: {0}")]
     Malformed(httparse::Error),
     #[error("response head larger than {0} bytes")]
@@ -58,7 +58,7 @@ pub enum ResponseHeadError {
 /// still incomplete is the caller's to bound. `head_request`: the request was a `HEAD`.
 /// Errors come as the caller's `E`, so that the head is returned in the caller's own result
 /// (a conversion of the result after the call would move the head once more).
-pub fn parse_response<F: ResponseFields, E: From<ResponseHeadError>>(
+pub(crate) fn parse_response<F: ResponseFields, E: From<ResponseHeadError>>(
     buf: &mut BytesMut,
     head_request: bool,
     max_head: usize,

@@ -11,17 +11,17 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 /// What the TLS connector hands over for `https://` servers.
-pub type TlsStream = tokio_rustls::client::TlsStream<TokioIo<TokioIo<TcpStream>>>;
+pub(crate) type TlsStream = tokio_rustls::client::TlsStream<TokioIo<TokioIo<TcpStream>>>;
 
 /// A connection to an upstream server, plain or TLS.
-pub enum Stream {
+pub(crate) enum Stream {
     Plain(TcpStream),
     Tls(Box<TlsStream>),
 }
 
 impl Stream {
     /// The TCP connection under the stream.
-    pub fn tcp(&self) -> &TcpStream {
+    pub(crate) fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Plain(tcp) => tcp,
             Stream::Tls(tls) => tls.get_ref().0.inner().inner(),
@@ -30,7 +30,7 @@ impl Stream {
 }
 
 /// An upstream connection after a 101, with the bytes that followed the 101 head.
-pub struct Upgraded {
+pub(crate) struct Upgraded {
     pub(crate) stream: Stream,
     pub(crate) early: Bytes,
 }

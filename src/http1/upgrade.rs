@@ -9,38 +9,38 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
 
 /// A connection of any transport (TCP, TLS), as a tunnel copies bytes over it.
-pub trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
+pub(crate) trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 /// The switched connection: reading it yields first what the server had read ahead.
-pub type UpgradedIo = Box<dyn Io>;
+pub(crate) type UpgradedIo = Box<dyn Io>;
 
 /// The server's end: hands the connection over once the 101 is on its way.
-pub struct UpgradeSender(oneshot::Sender<UpgradedIo>);
+pub(crate) struct UpgradeSender(oneshot::Sender<UpgradedIo>);
 
 /// The tunnel's end: the connection, or an error when the server let it go instead (the
 /// client left, or the answer was not a 101).
-pub struct PendingUpgrade(oneshot::Receiver<UpgradedIo>);
+pub(crate) struct PendingUpgrade(oneshot::Receiver<UpgradedIo>);
 
 #[derive(Debug, thiserror::Error)]
 #[error("the client connection was not handed over for the switch of protocols")]
-pub struct NotUpgraded;
+pub(crate) struct NotUpgraded;
 
 /// A connected pair, made when a request that asks for an upgrade is read.
-pub fn pending_upgrade() -> (UpgradeSender, PendingUpgrade) {
+pub(crate) fn pending_upgrade() -> (UpgradeSender, PendingUpgrade) {
     let (sender, receiver) = oneshot::channel();
     (UpgradeSender(sender), PendingUpgrade(receiver))
 }
 
 impl UpgradeSender {
     /// Hands `io` over; false when nobody waits for it any more.
-    pub fn send(self, io: UpgradedIo) -> bool {
+    pub(crate) fn send(self, io: UpgradedIo) -> bool {
         self.0.send(io).is_ok()
     }
 
     /// Whether a tunnel still waits for the connection.
-    pub fn is_awaited(&self) -> bool {
+    pub(crate) fn is_awaited(&self) -> bool {
         !self.0.is_closed()
     }
 }

@@ -5,9 +5,9 @@
 //! Cell: `[window index + 1, count]`.
 
 use super::{Cell, Rate, WindowCheck, nanos};
-use crate::clock::Nanos;
+use crate::rt::clock::Nanos;
 
-pub fn check(cell: Cell, now: Nanos, rate: &Rate, cost: u64) -> WindowCheck {
+pub(crate) fn check(cell: Cell, now: Nanos, rate: &Rate, cost: u64) -> WindowCheck {
     let per = rate.per_ns();
     let window = now / per;
     let count = if cell[0] == window + 1 { cell[1] } else { 0 };
@@ -25,8 +25,4 @@ pub fn check(cell: Cell, now: Nanos, rate: &Rate, cost: u64) -> WindowCheck {
         reset,
         delay: nanos(0),
     }
-}
-
-pub fn is_idle(cell: Cell, now: Nanos, rate: &Rate) -> bool {
-    cell[0] != now / rate.per_ns() + 1
 }

@@ -6,11 +6,11 @@
 use std::time::Duration;
 
 use super::{Cell, Rate, WindowCheck, nanos};
-use crate::clock::Nanos;
+use crate::rt::clock::Nanos;
 
 /// The outcome of one plain check (no delay), for the edge layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gcra {
+pub(crate) enum Gcra {
     /// Allowed; store `tat`. `remaining` tokens are left, the bucket is full again after `reset`.
     Allow {
         tat: Nanos,
@@ -25,7 +25,7 @@ pub enum Gcra {
 }
 
 /// Checks a request of `cost` tokens against a bucket whose stored TAT is `tat` (0 when new).
-pub fn check(tat: Nanos, now: Nanos, rate: &Rate, cost: u64) -> Gcra {
+pub(crate) fn check(tat: Nanos, now: Nanos, rate: &Rate, cost: u64) -> Gcra {
     match check_cell([tat, 0], now, rate, cost, 0) {
         WindowCheck::Allow {
             cell,
@@ -44,7 +44,7 @@ pub fn check(tat: Nanos, now: Nanos, rate: &Rate, cost: u64) -> Gcra {
 }
 
 /// The cell form: `[tat, 0]`.
-pub fn check_cell(
+pub(crate) fn check_cell(
     cell: Cell,
     now: Nanos,
     rate: &Rate,
@@ -74,7 +74,7 @@ pub fn check_cell(
 }
 
 /// True when a bucket with this TAT is full at `now`, so forgetting it changes nothing.
-pub fn is_full(tat: Nanos, now: Nanos) -> bool {
+pub(crate) fn is_full(tat: Nanos, now: Nanos) -> bool {
     tat <= now
 }
 

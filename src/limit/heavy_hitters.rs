@@ -5,13 +5,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::clock::Nanos;
+use crate::rt::clock::Nanos;
 
 const CAPACITY: usize = 64;
 const PERIOD_NS: u64 = 5 * 60 * 1_000_000_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hitter {
+pub(crate) struct Hitter {
     pub limit: Arc<str>,
     pub identity: u128,
     pub denied: u64,
@@ -25,12 +25,12 @@ struct Generations {
 }
 
 #[derive(Default)]
-pub struct HeavyHitters {
+pub(crate) struct HeavyHitters {
     generations: Mutex<Generations>,
 }
 
 impl HeavyHitters {
-    pub fn record(&self, limit: &Arc<str>, identity: u128, now: Nanos) {
+    pub(crate) fn record(&self, limit: &Arc<str>, identity: u128, now: Nanos) {
         let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
         if now.saturating_sub(generations.started) >= PERIOD_NS {
             generations.previous = std::mem::take(&mut generations.current);
@@ -58,7 +58,7 @@ impl HeavyHitters {
     }
 
     /// The last two periods merged, most denied first.
-    pub fn top(&self) -> Vec<Hitter> {
+    pub(crate) fn top(&self) -> Vec<Hitter> {
         let generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
         let mut merged: Vec<Hitter> = generations.current.clone();
         for old in &generations.previous {

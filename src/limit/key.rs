@@ -90,7 +90,7 @@ pub enum Missing {
     Deny,
 }
 
-/// The facts of a canonical request (`crate::canonical`) that keys are built from.
+/// The facts of a canonical request (`crate::request::canonical`) that keys are built from.
 pub struct RequestFacts<'a> {
     /// Already grouped by the IPv6 prefix.
     pub client_ip: IpAddr,
@@ -157,18 +157,18 @@ pub enum PartValue<'a> {
 }
 
 /// A 128-bit identity hash.
-pub type Identity = u128;
+pub(crate) type Identity = u128;
 
 /// Keyed SipHash-1-3 with 128-bit output. Without `hash_secret` the key is a fixed public
 /// constant: still the same in every instance, but then low-entropy identities (IPs) can be
 /// recovered from the hashes by whoever sees them, so set a secret.
 #[derive(Clone)]
-pub struct IdentityHasher {
+pub(crate) struct IdentityHasher {
     key: [u8; 16],
 }
 
 impl IdentityHasher {
-    pub fn new(secret: Option<&str>) -> IdentityHasher {
+    pub(crate) fn new(secret: Option<&str>) -> IdentityHasher {
         let mut derive = SipHasher13::new_with_key(b"ratelimit-proxy!");
         derive.write(secret.unwrap_or_default().as_bytes());
         IdentityHasher {
@@ -177,7 +177,7 @@ impl IdentityHasher {
     }
 
     /// Starts an identity for limit `limit` (and the caller's tier).
-    pub fn start(&self, limit: &str, tier: &str) -> IdentityBuilder {
+    pub(crate) fn start(&self, limit: &str, tier: &str) -> IdentityBuilder {
         let mut hasher = SipHasher13::new_with_key(&self.key);
         write_field(&mut hasher, 0, limit.as_bytes());
         write_field(&mut hasher, 0, tier.as_bytes());
@@ -186,14 +186,18 @@ impl IdentityHasher {
 }
 
 #[derive(Clone)]
-pub struct IdentityBuilder {
+pub(crate) struct IdentityBuilder {
     hasher: SipHasher13,
 }
 
 impl IdentityBuilder {
     /// Adds what the state of a limit means (its algorithm and windows), so a limit whose
     /// rates change gets fresh state instead of reinterpreting the old (e.g. across reloads).
-    pub fn add_policy(&mut self, algorithm: &str, rates: impl Iterator<Item = (u64, u64, u64)>) {
+    pub(crate) fn add_policy(
+        &mut self,
+        algorithm: &str,
+        rates: impl Iterator<Item = (u64, u64, u64)>,
+    ) {
         write_field(&mut self.hasher, 0xfe, algorithm.as_bytes());
         for (limit, per_ns, burst) in rates {
             self.hasher.write_u64(limit);
@@ -204,7 +208,7 @@ impl IdentityBuilder {
 
     /// Adds one key part; `fallback` marks the client IP standing in for a missing part, so it
     /// never collides with a real value.
-    pub fn add(&mut self, part: &KeyPart, value: &PartValue<'_>, fallback: bool) {
+    pub(crate) fn add(&mut self, part: &KeyPart, value: &PartValue<'_>, fallback: bool) {
         let tag = part.tag() | if fallback { 0x80 } else { 0 };
         match value {
             PartValue::Ip(IpAddr::V4(ip)) => write_field(&mut self.hasher, tag, &ip.octets()),
@@ -214,14 +218,14 @@ impl IdentityBuilder {
     }
 
     /// The identity of this limit's key.
-    pub fn finish(self) -> Identity {
+    pub(crate) fn finish(self) -> Identity {
         self.hasher.finish128().as_u128()
     }
 }
 
 /// The identity of window `window` of a limit: a bijection of the limit's identity, so windows
 /// never collide, at no extra hashing per window.
-pub fn window_identity(identity: Identity, window: usize) -> Identity {
+pub(crate) fn window_identity(identity: Identity, window: usize) -> Identity {
     const SPREAD: u128 = 0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C834;
     identity ^ SPREAD.wrapping_mul(window as u128)
 }

@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use super::{Algorithm, Cell, Rate, WindowCheck, check_cell};
-use crate::clock::Nanos;
+use crate::rt::clock::Nanos;
 
 /// The lease of one window, and the global state the last sync read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -2,22 +2,21 @@
 //! each takes the stored state of one window, `now`, the rate and the cost, and returns a
 //! decision and the new state. Stores own the state and the locking.
 
-pub mod fixed_window;
-pub mod gcra;
-pub mod heavy_hitters;
-pub mod key;
-pub mod lease;
-pub mod leases;
-pub mod limiter;
-pub mod rules;
-pub mod sliding_log;
-pub mod sliding_window;
-pub mod token_bucket;
+pub(crate) mod fixed_window;
+pub(crate) mod gcra;
+pub(crate) mod heavy_hitters;
+pub(crate) mod key;
+pub(crate) mod lease;
+pub(crate) mod rules;
+pub(crate) mod sliding_log;
+pub(crate) mod sliding_window;
+pub(crate) mod token_bucket;
+pub(crate) mod window;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::Nanos;
+use crate::rt::clock::Nanos;
 
 /// `limit` requests per `per`, at most `burst` at once (token_bucket and gcra).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +92,7 @@ fn push_policy_item(out: &mut String, policy: &str, limit: u64, window: Duration
 }
 
 /// Rounded up: a client that waits this long is never early.
-pub fn whole_seconds(duration: Duration) -> u64 {
+pub(crate) fn whole_seconds(duration: Duration) -> u64 {
     duration.as_nanos().div_ceil(1_000_000_000) as u64
 }
 
@@ -124,7 +123,7 @@ impl Algorithm {
 }
 
 /// The stored state of one window of one identity: two words, all zero when fresh.
-pub type Cell = [u64; 2];
+pub(crate) type Cell = [u64; 2];
 
 /// The outcome of checking one window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +151,7 @@ impl WindowCheck {
 }
 
 /// Checks one window of a cell-based algorithm. Sliding logs are checked by `sliding_log`.
-pub fn check_cell(
+pub(crate) fn check_cell(
     algorithm: Algorithm,
     cell: Cell,
     now: Nanos,
@@ -172,18 +171,6 @@ pub fn check_cell(
             remaining: 0,
             reset: rate.per,
         },
-    }
-}
-
-/// True when a cell carries no information at `now` (the same as a fresh one), so a store may
-/// forget it.
-pub fn is_idle(algorithm: Algorithm, cell: Cell, now: Nanos, rate: &Rate) -> bool {
-    match algorithm {
-        Algorithm::TokenBucket => token_bucket::is_full(cell, now, rate),
-        Algorithm::Gcra => gcra::is_full(cell[0], now),
-        Algorithm::SlidingWindow => sliding_window::is_idle(cell, now, rate),
-        Algorithm::FixedWindow => fixed_window::is_idle(cell, now, rate),
-        Algorithm::SlidingLog => true,
     }
 }
 

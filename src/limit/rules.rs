@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::key::{KeyPart, Missing};
 use super::{Algorithm, Policy, Rate};
-use crate::ip_set::IpSet;
+use crate::request::ip_set::IpSet;
 
 /// One window of a limit, with the policy it is told as (`per-key`, or `per-key-1d` when the
 /// limit has several windows).

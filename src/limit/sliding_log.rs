@@ -6,16 +6,16 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::{Rate, WindowCheck, nanos};
-use crate::clock::Nanos;
+use crate::rt::clock::Nanos;
 
 /// The largest `limit` a sliding_log window may have: its log holds up to this many entries.
-pub const MAX_LOG_LIMIT: u64 = 1000;
+pub(crate) const MAX_LOG_LIMIT: u64 = 1000;
 
 /// Timestamps of admitted units, oldest first.
-pub type Log = VecDeque<Nanos>;
+pub(crate) type Log = VecDeque<Nanos>;
 
 /// Checks without changing the log; `WindowCheck::Allow::cell` is unused (zero).
-pub fn check(log: &Log, now: Nanos, rate: &Rate, cost: u64) -> WindowCheck {
+pub(crate) fn check(log: &Log, now: Nanos, rate: &Rate, cost: u64) -> WindowCheck {
     let per = rate.per_ns();
     let live = live_entries(log, now, per);
     let used = live.len() as u64;
@@ -43,7 +43,7 @@ pub fn check(log: &Log, now: Nanos, rate: &Rate, cost: u64) -> WindowCheck {
 }
 
 /// Records an admitted request: drops expired entries and appends `cost` timestamps.
-pub fn commit(log: &mut Log, now: Nanos, rate: &Rate, cost: u64) {
+pub(crate) fn commit(log: &mut Log, now: Nanos, rate: &Rate, cost: u64) {
     let per = rate.per_ns();
     while log.front().is_some_and(|&ts| ts + per <= now) {
         log.pop_front();
@@ -53,9 +53,4 @@ pub fn commit(log: &mut Log, now: Nanos, rate: &Rate, cost: u64) {
 
 fn live_entries(log: &Log, now: Nanos, per: u64) -> VecDeque<Nanos> {
     log.iter().copied().filter(|&ts| ts + per > now).collect()
-}
-
-/// True when no entry is still inside the window.
-pub fn is_idle(log: &Log, now: Nanos, rate: &Rate) -> bool {
-    log.back().is_none_or(|&ts| ts + rate.per_ns() <= now)
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::{Cell, Rate, WindowCheck, nanos};
-use crate::clock::Nanos;
+use crate::rt::clock::Nanos;
 
 /// Counts of the previous and current window as seen at window `index`.
 fn counts(cell: Cell, index: u64) -> (u64, u64) {
@@ -17,7 +17,7 @@ fn counts(cell: Cell, index: u64) -> (u64, u64) {
     }
 }
 
-pub fn check(cell: Cell, now: Nanos, rate: &Rate, cost: u64) -> WindowCheck {
+pub(crate) fn check(cell: Cell, now: Nanos, rate: &Rate, cost: u64) -> WindowCheck {
     let per_ns = rate.per_ns();
     let index = now / per_ns;
     let (per, elapsed) = (u128::from(per_ns), u128::from(now - index * per_ns));
@@ -64,8 +64,4 @@ fn retry_after(prev: u64, curr: u64, elapsed: u128, per: u128, limit: u64, cost:
         per.saturating_sub(room / u128::from(curr))
     };
     nanos((left_in_window + wait_next) as u64)
-}
-
-pub fn is_idle(cell: Cell, now: Nanos, rate: &Rate) -> bool {
-    counts(cell, now / rate.per_ns()) == (0, 0)
 }

@@ -3,7 +3,7 @@
 //! Credit may go negative by up to `max_delay` for requests admitted with a delay.
 
 use super::{Cell, Rate, WindowCheck, nanos};
-use crate::clock::Nanos;
+use crate::rt::clock::Nanos;
 
 /// Credit at `now`: refilled one nanosecond per nanosecond elapsed, capped at capacity.
 fn credit_at(cell: Cell, now: Nanos, capacity: i128) -> i128 {
@@ -15,7 +15,13 @@ fn credit_at(cell: Cell, now: Nanos, capacity: i128) -> i128 {
     (i128::from(credit as i64) + i128::from(elapsed)).min(capacity)
 }
 
-pub fn check(cell: Cell, now: Nanos, rate: &Rate, cost: u64, max_delay_ns: u64) -> WindowCheck {
+pub(crate) fn check(
+    cell: Cell,
+    now: Nanos,
+    rate: &Rate,
+    cost: u64,
+    max_delay_ns: u64,
+) -> WindowCheck {
     let interval = i128::from(rate.emission_interval_ns());
     let capacity = interval * i128::from(rate.burst);
     let credit = credit_at(cell, now, capacity);
@@ -37,10 +43,4 @@ pub fn check(cell: Cell, now: Nanos, rate: &Rate, cost: u64, max_delay_ns: u64) 
         reset: nanos((capacity - after) as u64),
         delay: nanos((-after).max(0) as u64),
     }
-}
-
-/// A full bucket is the same as a fresh one.
-pub fn is_full(cell: Cell, now: Nanos, rate: &Rate) -> bool {
-    let capacity = i128::from(rate.emission_interval_ns()) * i128::from(rate.burst);
-    credit_at(cell, now, capacity) >= capacity
 }

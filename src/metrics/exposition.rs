@@ -7,7 +7,7 @@
 
 /// A text exposition format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Exposition {
+pub(crate) enum Exposition {
     /// `text/plain; version=0.0.4`.
     Classic,
     /// `application/openmetrics-text; version=1.0.0`.
@@ -18,7 +18,7 @@ impl Exposition {
     /// The format for an `Accept` field: of the media ranges that name a format we write, the
     /// one with the highest q (the first of equals) wins; q=0 refuses. No such range (no
     /// field, `*/*`, an unknown version) gives the classic text.
-    pub fn negotiate(accept: Option<&str>) -> Exposition {
+    pub(crate) fn negotiate(accept: Option<&str>) -> Exposition {
         let mut best: Option<(f32, Exposition)> = None;
         for range in accept.unwrap_or("").split(',') {
             let Some((format, q)) = media_range(range) else {
@@ -31,7 +31,7 @@ impl Exposition {
         best.map_or(Exposition::Classic, |(_, format)| format)
     }
 
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Exposition::Classic => "text/plain; version=0.0.4; charset=utf-8",
             Exposition::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -67,7 +67,7 @@ fn media_range(range: &str) -> Option<(Exposition, f32)> {
 
 /// The classic text of an OpenMetrics exposition as prometheus-client writes it (`# HELP`,
 /// `# TYPE`, maybe `# UNIT`, then the samples of each family; `# EOF` last).
-pub fn classic_from_openmetrics(openmetrics: &str) -> String {
+pub(super) fn classic_from_openmetrics(openmetrics: &str) -> String {
     let mut classic = String::with_capacity(openmetrics.len());
     // A family's HELP comes before its TYPE, which decides the name HELP must carry.
     let mut help: Option<&str> = None;

@@ -2,13 +2,13 @@
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
-use crate::edge::EdgeVerdict;
+pub(crate) use crate::admission::edge::EdgeDecision;
 
 /// A label value from the config (a route's, upstream's or limit's name, a server's address),
 /// escaped as the text format requires: prometheus-client writes label values as they are, and
 /// one quote, backslash or newline in a name would make the whole scrape unreadable.
 #[derive(Clone, Debug, Default, Hash, PartialEq, Eq)]
-pub struct LabelText(String);
+pub(crate) struct LabelText(String);
 
 impl From<&str> for LabelText {
     fn from(text: &str) -> LabelText {
@@ -34,93 +34,62 @@ impl EncodeLabelValue for LabelText {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteCode {
+pub(crate) struct RouteCode {
     pub route: LabelText,
     pub code: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteLabel {
+pub(crate) struct RouteLabel {
     pub route: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LimitDecisionLabels {
+pub(crate) struct LimitDecisionLabels {
     pub limit: LabelText,
     pub decision: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DecisionLabel {
+pub(crate) struct DecisionLabel {
     pub decision: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabel {
+pub(crate) struct ResultLabel {
     pub result: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct UpstreamCode {
+pub(crate) struct UpstreamCode {
     pub upstream: LabelText,
     pub code: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct UpstreamLabel {
+pub(crate) struct UpstreamLabel {
     pub upstream: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendLabel {
+pub(crate) struct BackendLabel {
     pub backend: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BackendKind {
+pub(crate) struct BackendKind {
     pub backend: &'static str,
     pub kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodeLabel {
+pub(crate) struct NodeLabel {
     /// A Redis node's `host:port`.
     pub node: LabelText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct UpstreamServerLabels {
+pub(crate) struct UpstreamServerLabels {
     pub upstream: LabelText,
     pub server: LabelText,
-}
-
-/// The `decision` label of `rlp_edge_decisions_total`.
-#[derive(Clone, Copy)]
-pub enum EdgeDecision {
-    Allowed,
-    Exempt,
-    Forbidden,
-    Denied,
-}
-
-impl EdgeDecision {
-    pub(super) const COUNT: usize = 4;
-
-    pub fn of(verdict: &EdgeVerdict) -> EdgeDecision {
-        match verdict {
-            EdgeVerdict::Allow => EdgeDecision::Allowed,
-            EdgeVerdict::Exempt => EdgeDecision::Exempt,
-            EdgeVerdict::Forbidden { .. } => EdgeDecision::Forbidden,
-            EdgeVerdict::Limited { .. } => EdgeDecision::Denied,
-        }
-    }
-
-    pub(super) fn label(self) -> &'static str {
-        match self {
-            EdgeDecision::Allowed => "allowed",
-            EdgeDecision::Exempt => "exempt",
-            EdgeDecision::Forbidden => "forbidden",
-            EdgeDecision::Denied => "denied",
-        }
-    }
 }

@@ -46,7 +46,7 @@ const TICKS_PER_SECOND: f64 = 100.0;
 
 /// Reads `/proc/self` on every scrape.
 #[derive(Debug, Default)]
-pub struct ProcessCollector;
+pub(super) struct ProcessCollector;
 
 /// One reading of the process; a field is None when its source could not be read.
 #[derive(Debug, Default, PartialEq)]

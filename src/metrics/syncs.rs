@@ -7,7 +7,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::{ResultLabel, latency_histogram};
-pub use crate::limit::leases::sync::SyncMetrics;
+pub(crate) use crate::admission::leases::sync::SyncMetrics;
 
 /// Registers the series (both results start at 0) and returns their handles.
 pub(super) fn register(registry: &mut Registry) -> SyncMetrics {

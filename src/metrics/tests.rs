@@ -1,5 +1,5 @@
 use super::*;
-use crate::edge::EdgeVerdict;
+use crate::admission::edge::EdgeVerdict;
 use std::time::Duration;
 
 #[test]

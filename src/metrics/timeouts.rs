@@ -9,7 +9,7 @@ use prometheus_client::metrics::family::Family;
 
 /// Which deadline fired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Deadline {
+pub(crate) enum Deadline {
     /// `[server] header_read_timeout`: a request head, or a connection's first request.
     HeaderRead,
     /// `[server] idle_timeout`: a keep-alive connection with nothing in flight.
@@ -44,7 +44,7 @@ impl Deadline {
     ];
 
     /// The `kind` label.
-    pub fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             Deadline::HeaderRead => "header_read",
             Deadline::Idle => "idle",
@@ -60,17 +60,17 @@ impl Deadline {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabel {
+pub(crate) struct KindLabel {
     pub kind: &'static str,
 }
 
 /// One counter per deadline; cheap to clone.
 #[derive(Clone, Default)]
-pub struct TimeoutCounters(Arc<[Counter; Deadline::ALL.len()]>);
+pub(crate) struct TimeoutCounters(Arc<[Counter; Deadline::ALL.len()]>);
 
 impl TimeoutCounters {
     /// The counters of `family`, one series per kind (each present from the start, at 0).
-    pub fn of(family: &Family<KindLabel, Counter>) -> TimeoutCounters {
+    pub(crate) fn of(family: &Family<KindLabel, Counter>) -> TimeoutCounters {
         let counter = |deadline: Deadline| {
             let label = KindLabel {
                 kind: deadline.kind(),
@@ -80,12 +80,7 @@ impl TimeoutCounters {
         TimeoutCounters(Arc::new(Deadline::ALL.map(counter)))
     }
 
-    pub fn count(&self, deadline: Deadline) {
+    pub(crate) fn count(&self, deadline: Deadline) {
         self.0[deadline as usize].inc();
-    }
-
-    /// How often `deadline` fired.
-    pub fn get(&self, deadline: Deadline) -> u64 {
-        self.0[deadline as usize].get()
     }
 }

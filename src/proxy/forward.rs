@@ -11,15 +11,16 @@ use futures_util::future::Either as FutureEither;
 use http::{Response, StatusCode};
 use http_body_util::{Either, Empty};
 
-use super::connections::{PooledBody, SendError, may_send_again};
-use super::headers::{self, Forwarded, SetFields};
-use super::http1::ExchangeError;
-use super::tunnel::tunnel;
-use super::upstream::{UpstreamBody, UpstreamHead, UpstreamPool};
-use crate::canonical::{Host, Request, Upgrade, allowed_upgrade};
 use crate::http1::upgrade::PendingUpgrade;
 use crate::metrics::Deadline;
-use crate::respond::{GatewayError, ResponseBody};
+use crate::request::canonical::{Host, Request, Upgrade, allowed_upgrade};
+use crate::response::{GatewayError, ResponseBody};
+use crate::upstream::connections::{PooledBody, SendError, may_send_again};
+use crate::upstream::exchange::{UpstreamBody, UpstreamHead};
+use crate::upstream::headers::{self, Forwarded, SetFields};
+use crate::upstream::http1::ExchangeError;
+use crate::upstream::pool::UpstreamPool;
+use crate::upstream::tunnel::tunnel;
 
 /// Forwards `request` to a server of `pool`, asked at `sent_at` (its first response
 /// deadline counts from then: one clock reading for the deadline and the upstream's latency).
@@ -29,7 +30,7 @@ use crate::respond::{GatewayError, ResponseBody};
 /// The request is taken apart and its first attempt built before the returned future starts
 /// (see `proxy::handle`): its parts live in that attempt only, not a second time in a state of
 /// this function's own.
-pub fn forward<'r>(
+pub(super) fn forward<'r>(
     pool: &'r UpstreamPool,
     upgrades: &[String],
     request: Request,

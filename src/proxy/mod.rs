@@ -4,188 +4,30 @@
 //! acts, then records: refusals come back as values that `respond` turns into answers, and
 //! what a request went through is recorded once, when it is answered (`record.rs`).
 
-mod admit;
-pub mod connections;
 mod forward;
-pub mod headers;
-mod health;
-pub mod http1;
-mod record;
-mod stores;
-mod tunnel;
-pub mod upstream;
+pub(crate) mod record;
 
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
 
-use http::{HeaderName, HeaderValue, Response};
-use tokio_util::sync::CancellationToken;
+use http::{HeaderValue, Response};
 
-use crate::added_fields::Added;
-use crate::canonical::ProxyRequest;
-use crate::canonical::{self, Host, Request, TrailerFilter};
-use crate::client_ip::ClientIpPolicy;
-use crate::clock::{Clock, SystemClock};
-use crate::config::{Config, DeniedLines, ResponseStyle};
-use crate::edge::EdgeLayer;
-use crate::limit::key::KeyPart;
-use crate::limit::limiter::Limiter;
-use crate::metrics::{LimitCounters, Metrics, RouteMetrics, UpstreamMetrics};
-use crate::request_id::{self, RequestId};
-use crate::respond::{self, GatewayError, ResponseBody};
-use crate::route::{Route, Router};
-use crate::store::redis::StoreError;
-use admit::Admission;
-use headers::Forwarded;
-use prometheus_client::metrics::histogram::Histogram;
+use crate::admission::admit::{Admission, Asker};
+use crate::fields::added::Added;
+use crate::request::canonical::ProxyRequest;
+use crate::request::canonical::{self, Host, Request};
+use crate::request::id::{self, RequestId};
+use crate::request::route::{Route, Router};
+use crate::response::{self, GatewayError, ResponseBody};
+use crate::runtime::Runtime;
+use crate::upstream::headers::Forwarded;
 use record::RequestLog;
-use upstream::{ClientDeadlines, UpstreamPool};
-
-/// Everything a request needs, built once from a validated config.
-pub struct Runtime {
-    /// How requests are put in canonical form (`[server]` settings).
-    pub canonical: canonical::Policy,
-    pub router: Router,
-    pub upstreams: Vec<Arc<UpstreamPool>>,
-    pub max_header_bytes: usize,
-    pub client_ip: ClientIpPolicy,
-    pub edge: Option<EdgeLayer>,
-    pub limiter: Limiter,
-    pub response: ResponseStyle,
-    /// `[log] access`: one line per request.
-    pub access_log: bool,
-    /// `[log] denied`: which of the refused requests' lines.
-    pub denied_lines: DeniedLines,
-    pub clock: Arc<dyn Clock>,
-    /// Shared by every runtime of a gateway, across reloads.
-    pub metrics: Arc<Metrics>,
-    /// Metric handles made once per runtime, so requests allocate no labels: by route index,
-    /// by upstream index, and the allowed/denied counters by limit index.
-    pub route_metrics: Vec<RouteMetrics>,
-    pub upstream_metrics: Vec<UpstreamMetrics>,
-    pub limit_counters: Vec<LimitCounters>,
-    pub store_latency: Histogram,
-}
-
-impl Runtime {
-    pub fn new(config: &Config, metrics: Arc<Metrics>) -> Result<Runtime, rustls::Error> {
-        Runtime::build(config, Arc::new(SystemClock::new()), metrics, None)
-    }
-
-    /// The runtime of a reloaded config: it keeps the limit state of `previous` (limits whose
-    /// rates changed get fresh identities), its edge buckets when `[edge]` is unchanged, its
-    /// clock, and what its pools know of servers whose definition is unchanged (health, idle
-    /// connections; see `UpstreamPool::succeeding`).
-    pub fn succeeding(config: &Config, previous: &Runtime) -> Result<Runtime, rustls::Error> {
-        Runtime::build(
-            config,
-            previous.clock.clone(),
-            previous.metrics.clone(),
-            Some(previous),
-        )
-    }
-
-    pub fn build(
-        config: &Config,
-        clock: Arc<dyn Clock>,
-        metrics: Arc<Metrics>,
-        previous: Option<&Runtime>,
-    ) -> Result<Runtime, rustls::Error> {
-        let client_deadlines = ClientDeadlines::new(&config.server, metrics.timeouts.clone());
-        let upstreams: Result<Vec<_>, _> = config
-            .upstreams
-            .iter()
-            .map(|u| {
-                let before = previous.and_then(|p| p.upstreams.iter().find(|b| b.name == u.name));
-                let deadlines = client_deadlines.clone();
-                UpstreamPool::succeeding(u, deadlines, config.server.workers, before.map(|b| &**b))
-                    .map(Arc::new)
-            })
-            .collect();
-        let stores = stores::stores(config, previous.map(|p| p.limiter.stores()), &*clock);
-        let limiter = Limiter::new(
-            config.limits.clone(),
-            config.plans.clone(),
-            config.store.hash_secret.as_deref(),
-            stores,
-        );
-        let store_latency = metrics.store_latency(limiter.backend());
-        if limiter.stores().redis.is_some() {
-            metrics.zero_store_errors(limiter.backend(), &StoreError::KINDS);
-        }
-        let previous_edge = previous.and_then(|p| p.edge.as_ref());
-        Ok(Runtime {
-            canonical: canonical_policy(config),
-            router: Router::new(&config.routes),
-            upstreams: upstreams?,
-            max_header_bytes: config.server.max_header_bytes,
-            client_ip: config.client_ip.clone(),
-            edge: config
-                .edge
-                .clone()
-                .map(|policy| EdgeLayer::reusing(policy, previous_edge)),
-            limiter,
-            response: config.response.clone(),
-            access_log: config.log.access,
-            denied_lines: config.log.denied,
-            clock,
-            route_metrics: config
-                .routes
-                .iter()
-                .map(|r| metrics.route(&r.name))
-                .collect(),
-            upstream_metrics: config
-                .upstreams
-                .iter()
-                .map(|u| metrics.upstream(&u.name))
-                .collect(),
-            limit_counters: config
-                .limits
-                .iter()
-                .map(|l| metrics.limit_counters(&l.name))
-                .collect(),
-            store_latency,
-            metrics,
-        })
-    }
-
-    /// Starts the background work of this runtime (health checks, closing idle upstream
-    /// connections) until `stop`.
-    pub fn start_background(&self, stop: &CancellationToken) {
-        health::spawn_checkers(&self.upstreams, stop);
-        if let Some(sync) = self.lease_sync() {
-            tokio::spawn(sync.run(stop.clone()));
-        }
-        let pools = self.upstreams.clone();
-        tokio::spawn(connections::close_expired_until(pools, stop.clone()));
-    }
-}
-
-/// The canonical form settings of `config`. Trailers never carry a field its limits or plans
-/// key on.
-fn canonical_policy(config: &Config) -> canonical::Policy {
-    let plans_key = config.plans.as_ref().map(|plans| &plans.key);
-    let keys: Vec<HeaderName> = (config.limits.iter())
-        .flat_map(|limit| &limit.key)
-        .chain(plans_key)
-        .filter_map(|part| match part {
-            KeyPart::Header(name) => Some(name.clone()),
-            _ => None,
-        })
-        .collect();
-    let underscores = config.server.underscores;
-    canonical::Policy {
-        escaped_slashes: config.server.escaped_slashes,
-        underscores,
-        trailers: Arc::new(TrailerFilter::new(keys, underscores)),
-    }
-}
 
 /// The client side of a connection, as the pipeline sees it.
 #[derive(Debug, Clone)]
-pub struct ClientConnection {
+pub(crate) struct ClientConnection {
     pub peer: SocketAddr,
     /// `"http"` or `"https"`, for X-Forwarded-Proto.
     pub proto: &'static str,
@@ -194,7 +36,7 @@ pub struct ClientConnection {
 }
 
 impl ClientConnection {
-    pub fn new(peer: SocketAddr, proto: &'static str) -> ClientConnection {
+    pub(crate) fn new(peer: SocketAddr, proto: &'static str) -> ClientConnection {
         let address = peer.ip().to_string();
         let peer_header =
             HeaderValue::from_str(&address).unwrap_or_else(|_| HeaderValue::from_static("unknown"));
@@ -215,7 +57,7 @@ impl ClientConnection {
 /// never captured by a block that then awaits it (held twice: captured and awaited); such
 /// callers `map` or `then` it instead.
 #[expect(clippy::manual_async_fn)]
-pub fn handle(
+pub(crate) fn handle(
     runtime: Arc<Runtime>,
     client: ClientConnection,
     request: ProxyRequest,
@@ -223,14 +65,14 @@ pub fn handle(
     async move {
         let (runtime, client) = (&*runtime, &client);
         let started = Instant::now();
-        let request_id = request_id::keep_or_mint(&request.fields);
+        let request_id = id::keep_or_mint(&request.fields);
         let mut log = RequestLog::new(runtime);
         // Pinned where it is made: `.await` on the call itself moved the whole future (room
         // for every one of its states, ~100 instructions of memcpy) into place first.
         let proxied = pin!(proxy(runtime, client, request, &request_id, &mut log)).await;
         let mut response = match proxied {
             Ok(response) => response,
-            Err(error) => respond::error_response(&error, &request_id),
+            Err(error) => response::error_response(&error, &request_id),
         };
         // The request's outcome, recorded once: metrics, what admission saw, the access line.
         log.record(client, &request_id, response.status().as_u16(), started);
@@ -269,25 +111,31 @@ fn proxy<'r>(
         let route_metrics = &runtime.route_metrics[route.index];
         log.route_metrics = Some(route_metrics);
         let counted = route_metrics.enter();
+        let asker = Asker {
+            client: client_ip,
+            grouped: runtime.client_ip.group(client_ip.ip),
+            // One clock read per request, shared by every layer.
+            now: runtime.clock.now(),
+        };
         let seen = &mut log.admission;
-        let (slot, statuses) =
-            match pin!(admit::admit(runtime, route, &request, client_ip, seen)).await {
-                Admission::Refused { refusal, by } => {
-                    log.refused_by = by;
-                    let style = &runtime.response;
-                    return Ok(respond::refusal_response(refusal, style, request_id));
+        let gate = runtime.gate();
+        let (slot, statuses) = match pin!(gate.admit(route, &request, asker, seen)).await {
+            Admission::Refused { refusal, by } => {
+                log.refused_by = by;
+                let style = &runtime.response;
+                return Ok(response::refusal_response(refusal, style, request_id));
+            }
+            Admission::Admitted {
+                slot,
+                statuses,
+                delay,
+            } => {
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
                 }
-                Admission::Admitted {
-                    slot,
-                    statuses,
-                    delay,
-                } => {
-                    if !delay.is_zero() {
-                        tokio::time::sleep(delay).await;
-                    }
-                    (slot, statuses)
-                }
-            };
+                (slot, statuses)
+            }
+        };
         log.remaining = statuses.first().map(|s| s.remaining);
         let forwarded = Forwarded {
             peer: &client.peer_header,
@@ -309,11 +157,11 @@ fn proxy<'r>(
         .await;
         let mut response = match upstream_answer {
             Ok(response) => response,
-            Err(error) => respond::error_response(&error, request_id),
+            Err(error) => response::error_response(&error, request_id),
         };
         log.answered = Some(Instant::now());
         log.upstream_call = Some((&runtime.upstream_metrics[route.upstream], asked));
-        respond::add_rate_fields(
+        response::add_rate_fields(
             response.body_mut().added_mut(),
             &statuses,
             &runtime.response,

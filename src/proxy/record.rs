@@ -7,59 +7,16 @@ mod denied;
 
 use std::net::IpAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use http::Method;
 
-use super::{ClientConnection, Runtime};
-use crate::clock::Nanos;
+use super::ClientConnection;
+use crate::admission::seen::{AdmissionRecord, LimitsSeen, StoreCall};
 use crate::limit::rules::OnError;
 use crate::metrics::{BackendKind, EdgeDecision, RouteMetrics, UpstreamMetrics};
-use crate::request_id::RequestId;
-use crate::store::Small;
-use crate::store::redis::StoreError;
-
-/// What admission saw of one request, for `admission` to count.
-#[derive(Default)]
-pub struct AdmissionRecord {
-    /// The edge layer's verdict, when there is an edge layer.
-    pub edge: Option<EdgeDecision>,
-    /// The deny list a forbidden client is on (for the debug log; never in an answer).
-    pub deny_list: Option<String>,
-    pub limits: LimitsSeen,
-    /// The limiter's call, when the route has limits (a route without asks no store).
-    pub store_call: Option<StoreCall>,
-    /// The request's one clock reading.
-    pub now: Nanos,
-}
-
-/// What the limits of a route decided, as the metrics count it.
-#[derive(Default)]
-pub enum LimitsSeen {
-    /// Nothing to count: the route has no limits, none applied, or a key part was missing or
-    /// repeated.
-    #[default]
-    Uncounted,
-    Allowed {
-        /// The enforced limits that were checked (indices into `Limiter::rules`).
-        applied: Small<usize>,
-        /// Limits the shared store could not decide, and what each did instead (`on_error`).
-        degraded: Small<(usize, OnError)>,
-        /// Shadow limits that would have denied.
-        shadow_denied: Vec<Arc<str>>,
-    },
-    /// Denied by limit `rule` (the request's `refused_by`) for the hashed `identity`.
-    Denied { rule: usize, identity: u128 },
-    /// The shared store could not decide and the limit (the request's `refused_by`) says
-    /// `on_error = "deny"`.
-    Unavailable,
-}
-
-/// How long the limiter took, and the store's failure if it had one.
-pub struct StoreCall {
-    pub took: Duration,
-    pub error: Option<StoreError>,
-}
+use crate::request::id::RequestId;
+use crate::runtime::Runtime;
 
 /// What the access log and the metrics learn about a request along the pipeline.
 pub(super) struct RequestLog<'r> {
@@ -238,7 +195,7 @@ fn admission(
 /// `rlp_store_duration_seconds` and, with a Redis store, `rlp_store_errors_total`.
 fn store_call(runtime: &Runtime, call: &StoreCall) {
     runtime.store_latency.observe(call.took.as_secs_f64());
-    let Some(redis) = &runtime.limiter.stores().redis else {
+    let Some(redis) = runtime.limiter.stores().redis() else {
         return;
     };
     if let Some(error) = &call.error {

@@ -24,7 +24,7 @@ mod limits;
 
 use super::reload::Generation;
 use crate::metrics::{Exposition, LabelText, Metrics, NodeLabel, UpstreamServerLabels};
-use crate::proxy::Runtime;
+use crate::runtime::Runtime;
 
 #[derive(Clone)]
 pub(super) struct AdminState {
@@ -162,7 +162,7 @@ fn readiness(state: &AdminState) -> Response<Full<Bytes>> {
         Err(_) => false,
     };
     let runtime = state.runtime.load();
-    let store = runtime.limiter.stores().redis.as_ref();
+    let store = runtime.limiter.stores().redis();
     if requires_redis && store.is_some_and(|redis| !redis.reached()) {
         let why = "waiting for redis: not every worker has connected and loaded the script\n";
         return text(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why.into());
@@ -177,7 +177,7 @@ fn refresh_gauges(state: &AdminState) {
     // Only the nodes of the store in force (a cluster's masters change with failovers).
     let breakers = &state.metrics.store_breaker_open;
     breakers.clear();
-    if let Some(redis) = &runtime.limiter.stores().redis {
+    if let Some(redis) = runtime.limiter.stores().redis() {
         for (node, open) in redis.breakers() {
             let label = NodeLabel {
                 node: LabelText::from(&*node),

@@ -23,21 +23,22 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
 
 use super::http1::{self, Close, Watch};
-use super::only_when_woken::OnlyWhenWoken;
 use super::served_body::ServedBody;
 use super::watch::{Activity, Answering, IdleWatch, Verdict, WatchedDeadlines};
-use crate::canonical::ProxyRequest;
-use crate::proxy::{self, ClientConnection, Runtime};
-use crate::respond::ResponseBody;
+use crate::proxy::{self, ClientConnection};
+use crate::request::canonical::ProxyRequest;
+use crate::response::ResponseBody;
+use crate::rt::only_when_woken::OnlyWhenWoken;
+use crate::runtime::Runtime;
 
-pub struct ConnectionSettings {
+pub(super) struct ConnectionSettings {
     pub http2: http2::Builder<TokioExecutor>,
     pub deadlines: WatchedDeadlines,
 }
 
 /// Which protocols a connection may speak.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Protocols {
+pub(super) enum Protocols {
     /// HTTP/1.x, or HTTP/2 with prior knowledge.
     Any,
     /// HTTP/1.x: TLS chose `http/1.1` by ALPN.
@@ -47,7 +48,7 @@ pub enum Protocols {
 /// Serves one connection from `(peer, proto, protocols)`; `proto` ("http" or "https") is what
 /// X-Forwarded-Proto says. `slot` (of `max_connections`) is held as long as the connection's
 /// socket, also by a tunnel it was upgraded to.
-pub fn serve<S>(
+pub(super) fn serve<S>(
     (stream, slot): (S, OwnedSemaphorePermit),
     (peer, proto, protocols): (SocketAddr, &'static str, Protocols),
     runtime: Arc<ArcSwap<Runtime>>,

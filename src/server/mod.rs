@@ -14,7 +14,6 @@ mod announce;
 mod connection;
 mod drain;
 mod http1;
-mod only_when_woken;
 mod reload;
 mod served_body;
 mod watch;
@@ -34,17 +33,17 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::clock::{Clock, SystemClock};
 use crate::config::{Config, ServerConfig, TlsListenerConfig};
 use crate::metrics::{Metrics, TimeoutCounters};
-use crate::proxy::Runtime;
+use crate::rt::clock::{Clock, SystemClock};
+use crate::runtime::Runtime;
 use crate::tls::server::{CertResolver, acceptor};
 use accept::AcceptLoop;
 use admin::AdminState;
 use connection::{ConnectionSettings, Protocols};
 pub use drain::Drain;
 use reload::Generation;
-pub use reload::{ReloadError, Reloader, watch_files};
+pub use reload::{Reloader, watch_files};
 use watch::WatchedDeadlines;
 
 /// Why the gateway could not serve.
@@ -304,7 +303,7 @@ impl Serving {
             accepting.push(tokio::spawn(accept.run()));
         }
         let runtime = self.runtime.clone();
-        let current_store = move || runtime.load().limiter.stores().redis.clone();
+        let current_store = move || runtime.load().limiter.stores().redis().cloned();
         let warm = crate::store::warm::keep_warm(current_store, self.stop.clone());
         accepting.push(tokio::spawn(warm));
         Ok(accepting)
@@ -365,7 +364,7 @@ impl Workers {
 }
 
 fn run_worker(index: usize, listeners: Vec<Listener>, serving: Serving, until: CancellationToken) {
-    crate::worker::set(index);
+    crate::rt::worker::set(index);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

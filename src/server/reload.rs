@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::CertificateReloader;
 use crate::config::{self, Config, ConfigError};
 use crate::metrics::ResultLabel;
-use crate::proxy::Runtime;
+use crate::runtime::Runtime;
 
 /// Why a reload changed nothing.
 #[derive(Debug, thiserror::Error)]

@@ -10,9 +10,9 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use super::watch::Answering;
-use crate::respond::ResponseBody;
+use crate::response::ResponseBody;
 
-pub struct ServedBody {
+pub(super) struct ServedBody {
     inner: ResponseBody,
     answering: Answering,
     /// The watch's bucket of a wait for the client in progress.

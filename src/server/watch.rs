@@ -145,7 +145,7 @@ pub(super) enum Verdict {
 
 /// The deadlines the watch keeps.
 #[derive(Clone)]
-pub struct WatchedDeadlines {
+pub(super) struct WatchedDeadlines {
     pub header_read_timeout: Duration,
     pub idle_timeout: Duration,
     pub send_timeout: Duration,

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// How the breaker behaves.
 #[derive(Debug, Clone, Copy)]
-pub struct BreakerSettings {
+pub(crate) struct BreakerSettings {
     /// Failures in a row that open it...
     pub threshold: u32,
     /// ...when they span at least this long: one failed round trip fails every call merged
@@ -26,7 +26,7 @@ pub struct BreakerSettings {
     pub probe_lease: Duration,
 }
 
-pub struct Breaker {
+pub(crate) struct Breaker {
     settings: BreakerSettings,
     epoch: Instant,
     failures: AtomicU32,
@@ -40,7 +40,7 @@ pub struct Breaker {
 
 /// What a settled call changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transition {
+pub(crate) enum Transition {
     None,
     Opened,
     Closed,
@@ -49,14 +49,14 @@ pub enum Transition {
 /// Leave to make one call. Settle it with `succeeded` or `failed`; dropped unsettled (the
 /// request went away), a probe gives its slot back and an ordinary call reports nothing.
 #[must_use = "a permit settles the call's outcome"]
-pub struct Permit<'a> {
+pub(crate) struct Permit<'a> {
     breaker: &'a Breaker,
     /// The `probe_since` this permit set, when it is the probe.
     probe: Option<u64>,
 }
 
 impl Breaker {
-    pub fn new(settings: BreakerSettings) -> Breaker {
+    pub(crate) fn new(settings: BreakerSettings) -> Breaker {
         Breaker {
             settings: BreakerSettings {
                 threshold: settings.threshold.max(1),
@@ -71,7 +71,7 @@ impl Breaker {
     }
 
     /// May a call go out now? Err carries how long until the next probe may.
-    pub fn permit(&self, now: Instant) -> Result<Permit<'_>, Duration> {
+    pub(crate) fn permit(&self, now: Instant) -> Result<Permit<'_>, Duration> {
         let open_until = self.open_until.load(Ordering::Acquire);
         if open_until == 0 {
             return Ok(Permit {
@@ -103,7 +103,7 @@ impl Breaker {
         Err(self.settings.open_for)
     }
 
-    pub fn is_open(&self) -> bool {
+    pub(crate) fn is_open(&self) -> bool {
         self.open_until.load(Ordering::Acquire) != 0
     }
 
@@ -158,18 +158,19 @@ impl Breaker {
 
 impl Permit<'_> {
     /// Redis answered.
-    pub fn succeeded(mut self) -> Transition {
+    pub(crate) fn succeeded(mut self) -> Transition {
         self.probe = None;
         self.breaker.succeeded()
     }
 
     /// The call failed at `now`.
-    pub fn failed(mut self, now: Instant) -> Transition {
+    pub(crate) fn failed(mut self, now: Instant) -> Transition {
         let probe = self.probe.take().is_some();
         self.breaker.failed(now, probe)
     }
 
-    pub fn is_probe(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_probe(&self) -> bool {
         self.probe.is_some()
     }
 }

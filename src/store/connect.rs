@@ -8,12 +8,13 @@ use std::time::Duration;
 use redis::{ConnectionAddr, IntoConnectionInfo};
 use rustls::pki_types::ServerName;
 
+use super::error::StoreError;
 use super::pipe;
-use super::redis::{RedisConfig, StoreError, describe_url_error};
+use super::redis_config::{RedisConfig, describe_url_error};
 
 /// What every connection of a store shares.
 #[derive(Clone)]
-pub struct Session {
+pub(crate) struct Session {
     username: Option<String>,
     /// Never logged or put in an error.
     password: Option<String>,
@@ -27,11 +28,11 @@ pub struct Session {
 }
 
 /// A host and port from a URL.
-pub type Address = (String, u16);
+pub(super) type Address = (String, u16);
 
 /// The session of `url` and where it points. On one node script calls are merged; a
 /// cluster's are not (their keys may be in other slots) and it has only database 0.
-pub fn session(
+pub(super) fn session(
     config: &RedisConfig,
     url: &str,
     cluster: bool,
@@ -69,7 +70,7 @@ pub fn session(
 
 impl Session {
     /// The settings of a connection to `host:port` in this session.
-    pub fn node(&self, host: &str, port: u16) -> Result<pipe::Settings, StoreError> {
+    pub(crate) fn node(&self, host: &str, port: u16) -> Result<pipe::Settings, StoreError> {
         let tls = match &self.tls {
             None => None,
             Some(config) => {

@@ -8,9 +8,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::clock::Nanos;
 use crate::limit::RateStatus;
-use crate::store::Small;
+use crate::limit::window::Small;
+use crate::rt::clock::Nanos;
 
 const SHARDS: usize = 16;
 
@@ -95,10 +95,12 @@ impl DeniedCache {
         self.shard(identity).remove(&identity);
     }
 
+    #[cfg(any(test, fuzzing, feature = "testing"))]
     pub fn len(&self) -> usize {
         self.shards.iter().map(|s| lock(s).len()).sum()
     }
 
+    #[cfg(any(test, fuzzing, feature = "testing"))]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -10,15 +10,15 @@ use redis::Script;
 use super::pipe::{self, Reply};
 use super::redis::{RedisStore, StoreError};
 use super::script::push_identity_key;
-use crate::clock::Nanos;
 use crate::limit::lease::{Grant, SyncAsk};
 use crate::limit::{Algorithm, Rate};
+use crate::rt::clock::Nanos;
 
-pub const LEASE_SYNC: &str = include_str!("lua/lease_sync.lua");
+pub(crate) const LEASE_SYNC: &str = include_str!("lua/lease_sync.lua");
 
 /// On a cluster the same text behind a flag that lets it touch every slot of the node called
 /// (Redis >= 7.0; see the script's header).
-pub const CLUSTER_FLAGS: &str = "#!lua flags=allow-cross-slot-keys\n";
+pub(crate) const CLUSTER_FLAGS: &str = "#!lua flags=allow-cross-slot-keys\n";
 
 static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(LEASE_SYNC));
 static CLUSTER_TEXT: LazyLock<String> = LazyLock::new(|| format!("{CLUSTER_FLAGS}{LEASE_SYNC}"));

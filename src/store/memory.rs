@@ -13,10 +13,10 @@ use std::sync::{Mutex, MutexGuard};
 
 use hashbrown::HashTable;
 
-use super::{Small, WindowRequest, groups_to_commit};
-use crate::clock::Nanos;
 use crate::limit::sliding_log::{self, Log};
+use crate::limit::window::{Small, WindowRequest, groups_to_commit};
 use crate::limit::{Algorithm, Cell, WindowCheck, check_cell};
+use crate::rt::clock::Nanos;
 
 const SHARDS: usize = 64;
 const OVERFLOW_CELLS: u64 = 64;
@@ -104,6 +104,7 @@ impl MemoryStore {
         }
     }
 
+    #[cfg(any(test, fuzzing, feature = "testing"))]
     /// How many windows are held in memory.
     pub fn entries(&self) -> usize {
         self.shards
@@ -115,6 +116,7 @@ impl MemoryStore {
             .sum()
     }
 
+    #[cfg(any(test, fuzzing, feature = "testing"))]
     /// Bytes held by the cell tables (sliding logs not included).
     pub fn memory_bytes(&self) -> usize {
         self.shards

@@ -8,29 +8,32 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::breaker::{Breaker, BreakerSettings, Transition};
+use super::error::{BREAKER_OPEN_FOR, StoreError};
 use super::pipe::{self, Pipe};
-use super::redis::StoreError;
+use super::script::Batch;
 
 /// The breaker of every node: opens after five failures in a row spanning 100 ms (one failed
 /// round trip fails every request merged into it at one instant: a hiccup, not an outage),
 /// stays open a second, then lets one request probe.
 const BREAKER_FAILURES: u32 = 5;
 const BREAKER_MIN_SPAN: Duration = Duration::from_millis(100);
-pub(super) const BREAKER_OPEN_FOR: Duration = Duration::from_secs(1);
 
-pub struct Node {
+/// A node's connection: its script calls are the limit script's, merged on one node.
+pub type NodePipe = Pipe<Batch>;
+
+pub(crate) struct Node {
     /// `host:port`: the `node` label of metrics and logs (never credentials).
     address: Arc<str>,
     settings: pipe::Settings,
-    /// One per serving worker (see `crate::worker`): each worker's calls go out on its own
+    /// One per serving worker (see `crate::rt::worker`): each worker's calls go out on its own
     /// connection, whose driver task runs on that worker's event loop.
-    pipes: Box<[OnceLock<Pipe>]>,
+    pipes: Box<[OnceLock<NodePipe>]>,
     breaker: Breaker,
 }
 
 impl Node {
     /// Connects lazily, on a worker's first call (or its warm-up).
-    pub fn new(settings: pipe::Settings, workers: usize, longest_call: Duration) -> Node {
+    pub(crate) fn new(settings: pipe::Settings, workers: usize, longest_call: Duration) -> Node {
         let breaker = Breaker::new(BreakerSettings {
             threshold: BREAKER_FAILURES,
             min_span: BREAKER_MIN_SPAN,
@@ -45,17 +48,17 @@ impl Node {
         }
     }
 
-    pub fn address(&self) -> &Arc<str> {
+    pub(crate) fn address(&self) -> &Arc<str> {
         &self.address
     }
 
-    pub fn breaker_open(&self) -> bool {
+    pub(crate) fn breaker_open(&self) -> bool {
         self.breaker.is_open()
     }
 
     /// The calling worker's connection to this node.
-    pub fn pipe(&self) -> &Pipe {
-        let cell = &self.pipes[crate::worker::current() % self.pipes.len()];
+    pub(crate) fn pipe(&self) -> &NodePipe {
+        let cell = &self.pipes[crate::rt::worker::current() % self.pipes.len()];
         cell.get_or_init(|| Pipe::new(self.settings.clone()))
     }
 
@@ -63,7 +66,7 @@ impl Node {
     /// outcome settled however it ends. A request that goes away mid-call drops the permit
     /// with it, which gives a probe's slot back (see `breaker::Permit`). An `Ok` is Redis
     /// answering, whatever it answered (a redirection too).
-    pub async fn guarded<T>(
+    pub(crate) async fn guarded<T>(
         &self,
         call: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {

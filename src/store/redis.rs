@@ -23,21 +23,18 @@ use super::denied::DeniedCache;
 use super::node::Node;
 use super::script::{self, SCRIPT};
 use super::tiers::TierCache;
-use super::{Small, WindowRequest};
-use crate::clock::Nanos;
 use crate::limit::WindowCheck;
+use crate::limit::window::{Small, WindowRequest};
+use crate::rt::clock::Nanos;
 use commands::{bulk, hget_on_pipe, load_script, tier_of};
 
 mod commands;
-mod config;
-mod error;
 mod inspect;
 
-pub use config::{RedisConfig, describe_url_error};
-pub use error::StoreError;
+pub(crate) use super::redis_config::{RedisConfig, describe_url_error};
+pub(crate) use crate::store::error::StoreError;
 
-/// Lua numbers are doubles: integers are exact below 2^53.
-pub const EXACT_LIMIT: u64 = 1 << 53;
+pub(crate) use super::script::EXACT_LIMIT;
 
 const DENIED_CAPACITY: usize = 100_000;
 
@@ -157,7 +154,7 @@ impl RedisStore {
         for loaded in join_all(loads).await {
             loaded?;
         }
-        let worker = crate::worker::current() % self.warm.len();
+        let worker = crate::rt::worker::current() % self.warm.len();
         self.warm[worker].store(true, Ordering::Release);
         if self.warm.iter().all(|warm| warm.load(Ordering::Acquire)) {
             self.reached.store(true, Ordering::Release);
@@ -259,7 +256,7 @@ impl RedisStore {
             return Ok(Small::new());
         }
         let call = self.script_call(requests, limits, now);
-        let reply = node.guarded(node.pipe().call_script(wait, &call)).await?;
+        let reply = node.guarded(node.pipe().call_merged(wait, &call)).await?;
         script::parse_reply(&bulk(reply)?, requests.len())
     }
 

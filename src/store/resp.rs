@@ -9,11 +9,11 @@ const MOST_NESTING: usize = 8;
 /// The longest bulk reply taken: the gateway's replies are a few KiB at most (32 bytes a
 /// window, 256 windows a merged call; a tier's name), so a longer one is a server that is not
 /// answering what was asked, and is not buffered (Redis' own limit is 512 MiB).
-pub const LONGEST_BULK: usize = 1024 * 1024;
+pub(crate) const LONGEST_BULK: usize = 1024 * 1024;
 
 /// One RESP2 reply, as positions in the buffer it was read from.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Frame {
+pub(crate) enum Frame {
     Status(Range<usize>),
     Error(Range<usize>),
     Integer(i64),
@@ -23,7 +23,7 @@ pub enum Frame {
 }
 
 /// The first whole reply in `buffer` and its length; None while it is incomplete.
-pub fn parse(buffer: &[u8]) -> Result<Option<(Frame, usize)>, String> {
+pub(crate) fn parse(buffer: &[u8]) -> Result<Option<(Frame, usize)>, String> {
     parse_at(buffer, 0, 0)
 }
 
@@ -86,7 +86,7 @@ fn parse_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Frame, usi
 
 /// A reply read whole, for the replies whose contents are arrays.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value {
+pub(crate) enum Value {
     Nil,
     Status(Vec<u8>),
     Error(Vec<u8>),
@@ -96,7 +96,7 @@ pub enum Value {
 }
 
 /// The one whole reply `frame` holds (as `parse` delimited it).
-pub fn tree(frame: &[u8]) -> Result<Value, String> {
+pub(crate) fn tree(frame: &[u8]) -> Result<Value, String> {
     match value_at(frame, 0, 0)? {
         Some((value, end)) if end == frame.len() => Ok(value),
         Some(_) => Err("bytes after the reply".into()),

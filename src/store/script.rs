@@ -8,16 +8,20 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
+use super::error::StoreError;
 use super::pipe;
-use super::redis::{EXACT_LIMIT, StoreError};
-use super::{Small, WindowRequest};
-use crate::clock::Nanos;
+use super::slot;
+use crate::limit::window::{Small, WindowRequest};
 use crate::limit::{Algorithm, WindowCheck};
+use crate::rt::clock::Nanos;
+
+/// Lua numbers are doubles: integers are exact below 2^53.
+pub(crate) const EXACT_LIMIT: u64 = 1 << 53;
 
 /// The most windows one request may be checked against (config refuses routes whose limits
 /// have more): the script unpacks every window's eleven numbers in one call, and Redis's Lua
 /// holds about 8000 values on its C stack.
-pub const MAX_WINDOWS: usize = 256;
+pub(crate) const MAX_WINDOWS: usize = 256;
 
 /// Every algorithm's script, compiled into the one script a request calls, so a request that
 /// meets limits of different algorithms still makes one atomic call.
@@ -72,7 +76,7 @@ pub struct ScriptCall<'a> {
 /// in the same order, so each request's are the next `REPLY_BYTES_PER_WINDOW` per window of
 /// the reply.
 #[derive(Default)]
-pub(super) struct Batch {
+pub struct Batch {
     sha: String,
     /// The `now` every request added was made with (tests give one; None is Redis's clock).
     now: Option<Nanos>,
@@ -241,8 +245,38 @@ fn starts_key(requests: &[WindowRequest], limits: &[&str], i: usize) -> bool {
 }
 
 /// Where a command's arguments go: the pipe's buffer (or a test's list).
-pub(super) trait Arguments {
+pub trait Arguments {
     fn push(&mut self, argument: &[u8]);
+}
+
+impl pipe::Merge for Batch {
+    type Call<'c> = ScriptCall<'c>;
+    const SCRIPT: &'static str = SCRIPT;
+
+    fn fits(&self, call: &ScriptCall<'_>) -> bool {
+        Batch::fits(self, call)
+    }
+
+    fn add(&mut self, call: &ScriptCall<'_>) {
+        Batch::add(self, call)
+    }
+
+    /// Four doubles per window.
+    fn reply_bytes(call: &ScriptCall<'_>) -> usize {
+        REPLY_BYTES_PER_WINDOW * call.requests.len()
+    }
+
+    fn arguments(&self) -> usize {
+        Batch::arguments(self)
+    }
+
+    fn write(&mut self, command: &mut pipe::Command<'_>) {
+        Batch::write(self, command)
+    }
+
+    fn clear(&mut self) {
+        Batch::clear(self)
+    }
 }
 
 impl Arguments for pipe::Command<'_> {
@@ -254,27 +288,7 @@ impl Arguments for pipe::Command<'_> {
 /// The 128-bit identity in 22 characters of URL-safe base64 (no `{` or `}`, so it can be the
 /// key's hash tag): 10 bytes shorter than hex, in every key.
 fn push_identity(key: &mut Vec<u8>, identity: u128) {
-    key.extend_from_slice(&identity_text(identity));
-}
-
-/// The cluster slot of every key of `identity` (its hash tag's).
-pub fn identity_slot(identity: u128) -> u16 {
-    super::cluster::slot_of(&identity_text(identity))
-}
-
-fn identity_text(identity: u128) -> [u8; 22] {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut text = [0u8; 22];
-    for (i, slot) in text.iter_mut().enumerate() {
-        let shift = 128 - 6 * (i as i32 + 1);
-        let chunk = if shift >= 0 {
-            identity >> shift
-        } else {
-            identity << -shift
-        };
-        *slot = ALPHABET[(chunk & 63) as usize];
-    }
-    text
+    key.extend_from_slice(&slot::identity_text(identity));
 }
 
 /// A window's eleven numbers, as `check.lua` reads them: little-endian doubles (exact, every

@@ -18,7 +18,10 @@ const LONGEST_RETRY_PAUSE: Duration = Duration::from_secs(2);
 
 /// Warms up the store `current` returns on the calling worker, and each one that replaces
 /// it, until `stop`.
-pub async fn keep_warm(current: impl Fn() -> Option<Arc<RedisStore>>, stop: CancellationToken) {
+pub(crate) async fn keep_warm(
+    current: impl Fn() -> Option<Arc<RedisStore>>,
+    stop: CancellationToken,
+) {
     let mut warmed: Weak<RedisStore> = Weak::new();
     loop {
         if let Some(store) = current()
@@ -48,7 +51,7 @@ async fn warm_up(store: &RedisStore, still_current: impl Fn() -> bool) {
             // soon as it may keeps this worker from lagging a whole pause behind it.
             Err(StoreError::BreakerOpen { retry_in }) => retry_in.min(FIRST_RETRY_AFTER),
             Err(error) => {
-                tracing::debug!(%error, worker = crate::worker::current(), "limit store not reached yet; trying again");
+                tracing::debug!(%error, worker = crate::rt::worker::current(), "limit store not reached yet; trying again");
                 let wait = pause;
                 pause = (pause * 2).min(LONGEST_RETRY_PAUSE);
                 wait

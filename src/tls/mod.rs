@@ -2,8 +2,8 @@
 //! certificate resolver that picks by SNI and can be reloaded in place, and client configs for
 //! HTTPS upstreams.
 
-pub mod server;
-pub mod upstream;
+pub(crate) mod server;
+pub(crate) mod upstream;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,9 +15,9 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::sign::CertifiedKey;
 
 /// A certificate closer than this to its expiry is reported at load.
-pub const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 86_400);
+pub(crate) const EXPIRY_WARNING: Duration = Duration::from_secs(14 * 86_400);
 
-pub fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -39,7 +39,7 @@ pub struct LoadedCert {
 }
 
 /// Loads and checks one certificate and key. `Ok` carries a warning when it expires soon.
-pub fn load_cert(files: &CertFiles) -> Result<(LoadedCert, Option<String>), String> {
+pub(crate) fn load_cert(files: &CertFiles) -> Result<(LoadedCert, Option<String>), String> {
     let chain = read_certs(&files.cert)?;
     let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| {
         format!(
@@ -91,7 +91,7 @@ pub fn load_cert(files: &CertFiles) -> Result<(LoadedCert, Option<String>), Stri
 }
 
 /// Every certificate in a PEM file; an error when there is none.
-pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(crate) fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs: Result<Vec<_>, _> = CertificateDer::pem_file_iter(path)
         .map_err(|e| format!("{}: {}", path.display(), pem_error(e)))?
         .collect();
@@ -143,7 +143,7 @@ fn names_and_expiry(cert: &CertificateDer<'_>) -> Result<(Vec<String>, i64), Str
 }
 
 /// True when `name` (lower case) is covered by certificate name `pattern`.
-pub fn name_matches(pattern: &str, name: &str) -> bool {
+pub(crate) fn name_matches(pattern: &str, name: &str) -> bool {
     match pattern.strip_prefix("*.") {
         // A wildcard covers exactly one label.
         Some(suffix) => name

@@ -64,7 +64,7 @@ impl ResolvesServerCert for CertResolver {
 }
 
 /// A TLS acceptor offering h2 and http/1.1 by ALPN, with certificates from `resolver`.
-pub fn acceptor(
+pub(crate) fn acceptor(
     resolver: Arc<CertResolver>,
     min_version: TlsVersion,
 ) -> Result<TlsAcceptor, rustls::Error> {

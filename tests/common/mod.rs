@@ -62,8 +62,8 @@ pub struct TestGateway {
     /// The first `[[server.tls]]` listener, if any.
     pub tls_addr: Option<SocketAddr>,
     pub admin_addr: Option<SocketAddr>,
-    pub certificates: ratelimit_proxy::server::CertificateReloader,
-    pub reloader: ratelimit_proxy::server::Reloader,
+    pub certificates: ratelimit_proxy::CertificateReloader,
+    pub reloader: ratelimit_proxy::Reloader,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<ratelimit_proxy::Drain, ratelimit_proxy::ServeError>>,
 }
@@ -72,7 +72,7 @@ impl TestGateway {
     /// Starts the gateway from config text; `listen` is forced to 127.0.0.1:0.
     pub async fn start(config_text: &str) -> TestGateway {
         let text = format!("[server]\nlisten = [\"127.0.0.1:0\"]\n{config_text}");
-        let config = ratelimit_proxy::config::parse_str(&text, "test.toml")
+        let config = ratelimit_proxy::testing::parse_str(&text, "test.toml")
             .unwrap_or_else(|e| panic!("{e}"));
         TestGateway::serve(config).await
     }
@@ -95,7 +95,7 @@ impl TestGateway {
             format!("[server]\nlisten = [\"127.0.0.1:0\"]\n{config_text}"),
         )
         .unwrap();
-        let config = ratelimit_proxy::config::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let config = ratelimit_proxy::testing::load(&path).unwrap_or_else(|e| panic!("{e}"));
         (TestGateway::serve(config).await, path)
     }
 

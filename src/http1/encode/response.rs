@@ -9,7 +9,7 @@ use super::encode_field;
 
 /// How a response's body is delimited.
 #[derive(Clone, Copy, PartialEq, Debug)]
-pub enum ResponseLength {
+pub(crate) enum ResponseLength {
     /// 1xx, 204, 304: no body.
     None,
     Exactly(u64),
@@ -22,7 +22,7 @@ pub enum ResponseLength {
 
 /// As hyper decides it: a valid `Content-Length` field, else the body's exact size, else
 /// chunked; none for statuses that have no body.
-pub fn response_length(
+pub(crate) fn response_length(
     status: StatusCode,
     headers: &HeaderMap,
     body: &impl Body,
@@ -47,7 +47,7 @@ pub fn response_length(
 }
 
 /// A response's fields as the caller keeps them.
-pub trait ResponseHeadFields {
+pub(crate) trait ResponseHeadFields {
     /// Writes the fields that go before the framing, less the framing fields and `Connection`
     /// (a Content-Length only when `keeps_length`); true when one was a `Date`.
     fn encode_fields(&self, out: &mut Vec<u8>, keeps_length: bool) -> bool;
@@ -60,7 +60,7 @@ pub trait ResponseHeadFields {
 /// The status line; the caller's fields; its content type; the framing; the lines after the
 /// framing; `Date` unless the fields had one; and `Connection: close` when the connection
 /// closes after it (`keep-alive` when it stays open for an HTTP/1.0 client, RFC 9112 §9.3).
-pub fn encode_response_head(
+pub(crate) fn encode_response_head(
     out: &mut Vec<u8>,
     status: StatusCode,
     fields: &impl ResponseHeadFields,
@@ -99,7 +99,7 @@ pub fn encode_response_head(
 }
 
 /// A `Content-Length` line.
-pub fn encode_length(out: &mut Vec<u8>, length: u64) {
+pub(crate) fn encode_length(out: &mut Vec<u8>, length: u64) {
     encode_field(
         out,
         "content-length",
@@ -117,7 +117,7 @@ mod date {
         static CACHED: RefCell<(u64, Vec<u8>)> = const { RefCell::new((u64::MAX, Vec::new())) };
     }
 
-    pub fn with_now(write: impl FnOnce(&[u8])) {
+    pub(super) fn with_now(write: impl FnOnce(&[u8])) {
         let now = SystemTime::now();
         let second = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
         CACHED.with(|cached| {

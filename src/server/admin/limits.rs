@@ -13,10 +13,10 @@ use http::{Method, Response, StatusCode, header};
 use http_body_util::Full;
 use serde_json::json;
 
+use crate::admission::limiter::{InspectError, NamedKey, Standing};
 use crate::limit::key::KeyPart;
-use crate::limit::limiter::{InspectError, NamedKey, Standing};
 use crate::limit::whole_seconds;
-use crate::proxy::Runtime;
+use crate::runtime::Runtime;
 
 /// The answer to `/limits/...`, or None for another path.
 pub(super) async fn answer(
@@ -161,7 +161,7 @@ fn problem(status: StatusCode, detail: &str) -> Response<Full<Bytes>> {
         "title": status.canonical_reason().unwrap_or("Error"),
         "status": status.as_u16(),
         "detail": detail,
-        "request_id": crate::request_id::mint().as_str(),
+        "request_id": crate::request::id::mint().as_str(),
     });
     let mut answer = Response::new(Full::new(Bytes::from(document.to_string())));
     *answer.status_mut() = status;

@@ -13,7 +13,7 @@ use bytes::BytesMut;
 use tokio::io::AsyncRead;
 use tokio_util::io::poll_read_buf;
 
-use crate::spare;
+use crate::rt::spare;
 
 /// A lent read buffer's size: most request heads fit in one.
 pub(super) const READ_BUFFER: usize = 8 * 1024;

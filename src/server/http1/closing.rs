@@ -9,7 +9,7 @@ use super::write::{AnswerTo, write_response};
 use super::{ClientIo, Connection};
 use crate::http1::HeadError;
 use crate::proxy::ClientConnection;
-use crate::respond::{GatewayError, error_response};
+use crate::response::{GatewayError, error_response};
 
 /// How long, and how much, a closing connection still reads and discards what the client
 /// sent, so that the answer is not lost to a reset (nginx's lingering close).
@@ -20,7 +20,7 @@ impl<S: ClientIo> Connection<S> {
     /// Answers a head that cannot be served, then closes.
     pub(super) async fn refuse(&mut self, error: HeadError, client: &ClientConnection) {
         tracing::debug!(peer = %client.peer, %error, "refusing a request head");
-        let request_id = crate::request_id::mint();
+        let request_id = crate::request::id::mint();
         let response = error_response(&GatewayError::Head(error), &request_id);
         let answer_to = AnswerTo {
             keep_alive: false,

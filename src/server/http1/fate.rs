@@ -7,12 +7,12 @@ use http::{HeaderMap, Method, Response, StatusCode, Version};
 
 use super::write::{AnswerTo, WriteError};
 use super::{Answerer, ClientIo, Connection, Served};
-use crate::canonical::{ArrivingBody, ProxyRequest};
 use crate::http1::fields::lists;
 use crate::http1::request_body::server_body;
 use crate::http1::request_head::BodyLength;
 use crate::http1::upgrade::{UpgradeSender, pending_upgrade};
-use crate::respond::ResponseBody;
+use crate::request::canonical::{ArrivingBody, ProxyRequest};
+use crate::response::ResponseBody;
 
 impl<S: ClientIo> Connection<S> {
     /// Connects the request's body to the reading half and, for a request that may switch

@@ -18,8 +18,9 @@ use tokio::io::{AsyncRead, AsyncWrite, WriteHalf};
 use super::watch::{Activity, Answering};
 use crate::http1::HeadError;
 use crate::http1::upgrade::UpgradeSender;
-use crate::proxy::{self, ClientConnection, Runtime};
-use crate::respond::ResponseBody;
+use crate::proxy::{self, ClientConnection};
+use crate::response::ResponseBody;
+use crate::runtime::Runtime;
 
 mod buffers;
 mod closing;

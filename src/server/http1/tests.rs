@@ -11,10 +11,10 @@ use proptest::collection::vec;
 use proptest::prelude::*;
 
 use super::reader::{Pumped, Reader};
-use crate::canonical::ProxyRequest;
-use crate::fuzzing::request_head::{Compared, compare};
 use crate::http1::request_body::server_body;
 use crate::http1::request_head::{ReadRequest, read_for_fuzzing};
+use crate::request::canonical::ProxyRequest;
+use crate::testing::fuzz::request_head::{Compared, compare};
 
 /// Requests both servers read alike: method, target, version, fields and body bytes.
 const READ_ALIKE: &[&str] = &[

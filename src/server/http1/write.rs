@@ -12,10 +12,10 @@ use http_body::Body;
 use http_body_util::BodyExt;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::added_fields::AddedFields;
+use crate::fields::added::AddedFields;
+use crate::fields::upstream::UpstreamFields;
 use crate::http1::encode::{encode_field, hex};
-use crate::respond::ResponseBody;
-use crate::upstream_fields::UpstreamFields;
+use crate::response::ResponseBody;
 
 mod head;
 mod watched;

@@ -17,13 +17,13 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::Notify;
 
 use super::connect::{Address, Session};
-use super::node::Node;
-use super::pipe::{Command, Pipe, Reply};
-use super::redis::StoreError;
+use super::error::StoreError;
+use super::node::{Node, NodePipe};
+use super::pipe::{Command, Reply};
 use super::script::ScriptCall;
-pub use slots::{SLOTS, slot_of};
+pub(crate) use crate::store::slot::{SLOTS, slot_of};
 use view::Refresh;
-pub use view::View;
+pub(crate) use view::View;
 
 mod slots;
 mod view;
@@ -33,7 +33,7 @@ const MOST_REDIRECTIONS: usize = 5;
 const TRY_AGAIN_AFTER: Duration = Duration::from_millis(10);
 
 /// What a call sends to the master of its slot.
-pub enum Request<'a> {
+pub(crate) enum Request<'a> {
     Script(&'a ScriptCall<'a>),
     Hget {
         hash: &'a str,
@@ -43,7 +43,7 @@ pub enum Request<'a> {
     Command(&'a (dyn Fn(&mut Vec<u8>) + Sync)),
 }
 
-pub struct Cluster {
+pub(crate) struct Cluster {
     seeds: Vec<Address>,
     /// The seed URLs' session, which every node shares.
     session: Session,
@@ -67,7 +67,7 @@ enum Answer {
 }
 
 impl Cluster {
-    pub fn new(
+    pub(crate) fn new(
         seeds: Vec<Address>,
         session: Session,
         workers: usize,
@@ -88,7 +88,7 @@ impl Cluster {
     }
 
     /// The masters of the current view (none before the first).
-    pub fn masters(&self) -> Vec<Arc<Node>> {
+    pub(crate) fn masters(&self) -> Vec<Arc<Node>> {
         self.view
             .load()
             .as_ref()
@@ -97,7 +97,7 @@ impl Cluster {
 
     /// Sends `request` to the master of the slot of `key`, following redirections, each node
     /// under its own breaker; each node is given `wait` to answer.
-    pub async fn call(
+    pub(crate) async fn call(
         self: &Arc<Self>,
         key: &[u8],
         wait: Duration,
@@ -147,14 +147,14 @@ impl Cluster {
 }
 
 async fn send(
-    pipe: &Pipe,
+    pipe: &NodePipe,
     wait: Duration,
     request: &Request<'_>,
     asking: bool,
 ) -> Result<Reply, StoreError> {
     match request {
-        Request::Script(call) if asking => pipe.call_script_asking(wait, call).await,
-        Request::Script(call) => pipe.call_script(wait, call).await,
+        Request::Script(call) if asking => pipe.call_merged_asking(wait, call).await,
+        Request::Script(call) => pipe.call_merged(wait, call).await,
         Request::Hget { hash, field } => {
             let hget = |out: &mut Vec<u8>| {
                 Command::new(out, 3)

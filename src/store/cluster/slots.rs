@@ -1,9 +1,9 @@
 //! What `CLUSTER SLOTS` says, and which slot a key is in.
 
-use crate::store::redis::StoreError;
+use crate::store::error::StoreError;
 use crate::store::resp::{self, Value};
 
-pub const SLOTS: usize = 16384;
+pub(super) use crate::store::slot::SLOTS;
 
 /// One range of `CLUSTER SLOTS`.
 #[derive(Debug, PartialEq, Eq)]
@@ -70,50 +70,9 @@ fn endpoint(node: &Value, asked: &str) -> Result<Option<(String, u16)>, StoreErr
     })
 }
 
-/// The slot of `key`: CRC16 (XMODEM) of its hash tag (what is between the first `{` and the
-/// next `}`, when not empty) or of the whole key, modulo 16384.
-pub fn slot_of(key: &[u8]) -> u16 {
-    let tagged = key.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        let close = rest.iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    crc16(tagged.unwrap_or(key)) % SLOTS as u16
-}
-
-fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for &byte in bytes {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn slots_follow_the_cluster_specification() {
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        assert_eq!(slot_of(b"foo"), 12182);
-        assert_eq!(slot_of(b"{user1000}.following"), slot_of(b"user1000"));
-        assert_eq!(
-            slot_of(b"foo{}{bar}"),
-            slot_of(b"foo{}{bar}"),
-            "empty tag: whole key"
-        );
-        assert_ne!(slot_of(b"foo{}{bar}"), slot_of(b"bar"));
-        assert_eq!(slot_of(b"foo{{bar}}zap"), slot_of(b"{bar"));
-        assert_eq!(slot_of(b"rl:x:{AAAA}:1"), slot_of(b"AAAA"));
-    }
 
     fn bulk(text: &str) -> String {
         format!("${}\r\n{text}\r\n", text.len())

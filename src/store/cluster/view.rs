@@ -10,16 +10,16 @@ use tokio::time::Instant;
 use super::slots::{SLOTS, SlotRange, parse_slots};
 use super::{Cluster, split_address};
 use crate::store::connect::Address;
+use crate::store::error::StoreError;
 use crate::store::node::Node;
 use crate::store::pipe::{Command, Reply};
-use crate::store::redis::StoreError;
 
 const REFRESH_PAUSE: Duration = Duration::from_millis(200);
 const STALE_AFTER: Duration = Duration::from_secs(10);
 const NO_MASTER: u16 = u16::MAX;
 
 /// Which master serves each slot, as of `taken_at`.
-pub struct View {
+pub(crate) struct View {
     /// Per slot, its master's index in `masters`, or `NO_MASTER`.
     slots: Box<[u16]>,
     pub masters: Vec<Arc<Node>>,
@@ -30,7 +30,7 @@ pub struct View {
 
 impl View {
     /// The index in `masters` of the master of `slot`, if one serves it.
-    pub fn master_of(&self, slot: u16) -> Option<usize> {
+    pub(crate) fn master_of(&self, slot: u16) -> Option<usize> {
         match self.slots.get(usize::from(slot)) {
             Some(&NO_MASTER) | None => None,
             Some(&index) => Some(usize::from(index)),
@@ -38,7 +38,7 @@ impl View {
     }
 
     /// The slots `masters[index]` serves.
-    pub fn slots_of(&self, index: usize) -> Vec<u16> {
+    pub(crate) fn slots_of(&self, index: usize) -> Vec<u16> {
         (0..SLOTS as u16)
             .filter(|&slot| self.master_of(slot) == Some(index))
             .collect()
@@ -54,7 +54,7 @@ pub(super) struct Refresh {
 
 impl Cluster {
     /// Reads the view now if there is none yet (waiting for one under way); the masters.
-    pub async fn first_view(self: &Arc<Self>) -> Result<Arc<View>, StoreError> {
+    pub(crate) async fn first_view(self: &Arc<Self>) -> Result<Arc<View>, StoreError> {
         if let Some(view) = self.view.load_full() {
             return Ok(view);
         }
@@ -113,7 +113,7 @@ impl Cluster {
 
     /// Starts reading the view in the background, unless a read runs or one started less
     /// than `REFRESH_PAUSE` ago.
-    pub fn request_refresh(self: &Arc<Self>) {
+    pub(crate) fn request_refresh(self: &Arc<Self>) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };

@@ -14,12 +14,12 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use super::{Mode, SyncCall, SyncEntry, SyncReply, instances_key, parse_reply};
-use crate::clock::Nanos;
+use crate::rt::clock::Nanos;
 use crate::store::cluster::{Cluster, slot_of};
 use crate::store::node::Node;
 use crate::store::pipe::{self, Reply};
 use crate::store::redis::{RedisStore, StoreError};
-use crate::store::script::identity_slot;
+use crate::store::slot::identity_slot;
 
 /// One master's part of a sync: which entries it carried (indices in the sync's entries),
 /// the slots it serves (whose identities its outcome makes fresh), and its outcome.

@@ -10,15 +10,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Command, Reply, STALLED_FOR, Shared};
-use crate::store::redis::StoreError;
-use crate::store::script::Batch;
+use super::{Command, Merge, Reply, STALLED_FOR, Shared};
+use crate::store::error::StoreError;
 
-pub(super) struct State {
+pub(super) struct State<M> {
     /// Commands the driver has not taken yet.
     pub(super) queued: Vec<u8>,
-    /// Script calls to merge into one, written after `queued`; the last `merged` calls.
-    pub(super) batch: Batch,
+    /// Calls to merge into one, written after `queued`; the last `merged` calls.
+    pub(super) batch: M,
     pub(super) merged: usize,
     /// How many times the script was sent to be loaded (see `call_script`).
     pub(super) script_loads: u64,
@@ -68,7 +67,7 @@ pub(super) enum CallState {
     Finished,
 }
 
-impl State {
+impl<M: Merge> State<M> {
     pub(super) fn end(&self) -> u64 {
         self.first + self.calls.len() as u64
     }
@@ -253,13 +252,13 @@ fn expiry(call: &Call, progress_at: Option<Instant>, timeout: Duration) -> (Inst
 }
 
 /// A call's wait for its reply; dropped early, the call is given up.
-pub(super) struct Pending<'a> {
-    pub(super) shared: &'a Shared,
+pub(super) struct Pending<'a, M: Merge> {
+    pub(super) shared: &'a Shared<M>,
     pub(super) id: u64,
     pub(super) taken: bool,
 }
 
-impl Future for Pending<'_> {
+impl<M: Merge> Future for Pending<'_, M> {
     type Output = Result<Reply, StoreError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -287,7 +286,7 @@ impl Future for Pending<'_> {
     }
 }
 
-impl Drop for Pending<'_> {
+impl<M: Merge> Drop for Pending<'_, M> {
     fn drop(&mut self) {
         if self.taken {
             return;

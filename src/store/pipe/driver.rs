@@ -14,14 +14,14 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use super::{Command, READ_CHUNK, Reply, STALLED_FOR, Settings, Shared};
+use super::{Command, Merge, READ_CHUNK, Reply, STALLED_FOR, Settings, Shared};
 use crate::http1::stream::Stream;
-use crate::store::redis::StoreError;
+use crate::store::error::StoreError;
 use crate::store::resp::{Frame, parse};
 
 /// The driver: one task per open connection, ending with it.
-pub(super) struct Connection {
-    shared: Arc<Shared>,
+pub(super) struct Connection<M: Merge> {
+    shared: Arc<Shared<M>>,
     link: Link,
     /// Commands taken from `State::queued`, written up to `written`.
     writing: Vec<u8>,
@@ -39,8 +39,8 @@ enum Link {
     Open(Stream),
 }
 
-impl Connection {
-    pub(super) fn new(shared: Arc<Shared>) -> Connection {
+impl<M: Merge> Connection<M> {
+    pub(super) fn new(shared: Arc<Shared<M>>) -> Connection<M> {
         let settings = shared.settings.clone();
         Connection {
             shared,
@@ -141,7 +141,7 @@ impl Connection {
 }
 
 /// Hands every whole reply read so far to its call.
-fn deliver(shared: &Shared, read: &mut BytesMut) -> Result<(), StoreError> {
+fn deliver<M: Merge>(shared: &Shared<M>, read: &mut BytesMut) -> Result<(), StoreError> {
     let mut state = shared.lock();
     state.progress_at = Some(Instant::now());
     while let Some((frame, length)) = parse(read).map_err(StoreError::Protocol)? {
@@ -176,7 +176,7 @@ fn deliver(shared: &Shared, read: &mut BytesMut) -> Result<(), StoreError> {
     Ok(())
 }
 
-impl Connection {
+impl<M: Merge> Connection<M> {
     /// Fails the calls whose deadline passed, gives the connection up when it stalled, and
     /// keeps the timer on whichever comes first next. The timer is only moved when it fires
     /// or when a call came that it does not cover, not once per call.
@@ -214,7 +214,7 @@ impl Connection {
     }
 }
 
-impl Future for Connection {
+impl<M: Merge> Future for Connection<M> {
     type Output = ();
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
@@ -230,7 +230,7 @@ impl Future for Connection {
     }
 }
 
-impl Drop for Connection {
+impl<M: Merge> Drop for Connection<M> {
     /// Dropped unfinished (its event loop is going away), it still frees its calls and lets
     /// the next call start a driver.
     fn drop(&mut self) {

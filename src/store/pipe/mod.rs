@@ -7,10 +7,10 @@
 //! TCP, plain or TLS. `calls` keeps the calls in the order of their commands; `driver` writes,
 //! reads and times them out.
 //!
-//! The script calls queued before the driver next writes (made in one turn of the worker's
-//! event loop, or while it is still writing: under load, many) are merged into one (see
-//! `script::Batch`): Redis runs the script once for all of them, each request's answer a
-//! piece of the one reply.
+//! The mergeable calls queued before the driver next writes (made in one turn of the worker's
+//! event loop, or while it is still writing: under load, many) are merged into one command
+//! (`Merge`; the limit script's calls are `script::Batch`): Redis runs it once for all of
+//! them, each call's answer a piece of the one reply. The pipe knows nothing of the script.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,8 +20,7 @@ use bytes::Bytes;
 use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 
-use super::redis::StoreError;
-use super::script::{Batch, REPLY_BYTES_PER_WINDOW, SCRIPT, ScriptCall};
+use super::error::StoreError;
 use calls::{Call, CallState, Pending, Piece, State};
 use driver::Connection;
 
@@ -112,24 +111,46 @@ impl<'a> Command<'a> {
     }
 }
 
-pub struct Pipe {
-    shared: Arc<Shared>,
+/// Calls a pipe merges into one command when they are queued together, each taking its piece
+/// of the command's one bulk reply. The command runs a script: a Redis that answers
+/// `NOSCRIPT` (restarted, flushed) is sent `SCRIPT` to load and the calls are retried once.
+pub trait Merge: Default + Send + 'static {
+    /// One call, as its caller hands it over.
+    type Call<'c>;
+    /// The source of the script the merged command runs.
+    const SCRIPT: &'static str;
+    /// Whether `call` can join the calls merged so far.
+    fn fits(&self, call: &Self::Call<'_>) -> bool;
+    /// Adds `call`; the pipe checks `fits` first.
+    fn add(&mut self, call: &Self::Call<'_>);
+    /// How many bytes of the reply are `call`'s.
+    fn reply_bytes(call: &Self::Call<'_>) -> usize;
+    /// How many arguments `write` writes.
+    fn arguments(&self) -> usize;
+    /// Writes the merged command's arguments and empties the batch.
+    fn write(&mut self, command: &mut Command<'_>);
+    /// Forgets what was added (its connection was lost).
+    fn clear(&mut self);
 }
 
-struct Shared {
+pub struct Pipe<M> {
+    shared: Arc<Shared<M>>,
+}
+
+struct Shared<M> {
     settings: Settings,
-    state: Mutex<State>,
+    state: Mutex<State<M>>,
 }
 
-impl Pipe {
+impl<M: Merge> Pipe<M> {
     /// Connects on the first call, from the event loop that makes it.
-    pub fn new(settings: Settings) -> Pipe {
+    pub fn new(settings: Settings) -> Pipe<M> {
         Pipe {
             shared: Arc::new(Shared {
                 settings,
                 state: Mutex::new(State {
                     queued: Vec::with_capacity(READ_CHUNK),
-                    batch: Batch::default(),
+                    batch: M::default(),
                     merged: 0,
                     script_loads: 0,
                     calls: VecDeque::new(),
@@ -157,7 +178,7 @@ impl Pipe {
         self.call_with(wait, false, write).await
     }
 
-    /// `call`, right after `ASKING` when `asking` (see `call_script_asking`).
+    /// `call`, right after `ASKING` when `asking` (see `call_merged_asking`).
     pub async fn call_with(
         &self,
         wait: Duration,
@@ -174,61 +195,59 @@ impl Pipe {
         self.wait(id).await
     }
 
-    /// Checks `requests`' windows (`limits` names each one's limit) with the script `sha`,
-    /// merged with the other script calls queued before the driver next writes (when the
-    /// settings say so), and waits for this request's piece of the reply, four doubles per
-    /// window, `wait` at most.
+    /// Sends `call` merged with the other calls queued before the driver next writes (when the
+    /// settings say so), and waits for its piece of the reply, `wait` at most.
     ///
     /// A Redis that answers `NOSCRIPT` (restarted, flushed) is sent the script and the call
     /// is retried once. The calls of one merged call meet `NOSCRIPT` together: the first
     /// sends the script, and the others retry behind it without sending it again.
-    pub async fn call_script(
+    pub async fn call_merged(
         &self,
         wait: Duration,
-        call: &ScriptCall<'_>,
+        call: &M::Call<'_>,
     ) -> Result<Reply, StoreError> {
-        self.script(wait, call, false).await
+        self.merged(wait, call, false).await
     }
 
-    /// `call_script` right after `ASKING`, on a cluster node that is importing the call's
+    /// `call_merged` right after `ASKING`, on a cluster node that is importing the call's
     /// slot (it answers only calls that say they were sent there by an `ASK` redirection).
-    pub async fn call_script_asking(
+    pub async fn call_merged_asking(
         &self,
         wait: Duration,
-        call: &ScriptCall<'_>,
+        call: &M::Call<'_>,
     ) -> Result<Reply, StoreError> {
-        self.script(wait, call, true).await
+        self.merged(wait, call, true).await
     }
 
-    async fn script(
+    async fn merged(
         &self,
         wait: Duration,
-        call: &ScriptCall<'_>,
+        call: &M::Call<'_>,
         asking: bool,
     ) -> Result<Reply, StoreError> {
         let mut loads_seen = 0;
-        let first = self.queue_script(wait, call, asking, &mut loads_seen)?;
+        let first = self.queue_merged(wait, call, asking, &mut loads_seen)?;
         match self.wait(first).await {
             Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
                 self.load_script_unless_sent_since(wait, loads_seen)?;
-                let retry = self.queue_script(wait, call, asking, &mut loads_seen)?;
+                let retry = self.queue_merged(wait, call, asking, &mut loads_seen)?;
                 self.wait(retry).await
             }
             reply => reply,
         }
     }
 
-    /// Queues a script call (after `ASKING` when `asking`); `loads_seen` is set to how many
+    /// Queues a mergeable call (after `ASKING` when `asking`); `loads_seen` is set to how many
     /// times the script had been sent to be loaded by then.
-    fn queue_script(
+    fn queue_merged(
         &self,
         wait: Duration,
-        call: &ScriptCall<'_>,
+        call: &M::Call<'_>,
         asking: bool,
         loads_seen: &mut u64,
     ) -> Result<u64, StoreError> {
         let piece = Piece::Merged {
-            bytes: REPLY_BYTES_PER_WINDOW * call.requests.len(),
+            bytes: M::reply_bytes(call),
             last: false,
         };
         let merge = self.shared.settings.merge && !asking;
@@ -261,14 +280,14 @@ impl Pipe {
             Command::new(&mut state.queued, 3)
                 .arg(b"SCRIPT")
                 .arg(b"LOAD")
-                .arg(SCRIPT.as_bytes());
+                .arg(M::SCRIPT.as_bytes());
         })?;
         // Nobody waits for its reply: the retry behind it tells whether it worked.
         drop(self.wait(id));
         Ok(())
     }
 
-    fn wait(&self, id: u64) -> Pending<'_> {
+    fn wait(&self, id: u64) -> Pending<'_, M> {
         Pending {
             shared: &self.shared,
             id,
@@ -283,7 +302,7 @@ impl Pipe {
         wait: Duration,
         unheeded: usize,
         piece: Piece,
-        write: impl FnOnce(&mut State),
+        write: impl FnOnce(&mut State<M>),
     ) -> Result<u64, StoreError> {
         let mut state = self.shared.lock();
         if state.calls.len() + unheeded >= MOST_WAITING {
@@ -333,7 +352,7 @@ impl Pipe {
     }
 }
 
-impl Drop for Pipe {
+impl<M> Drop for Pipe<M> {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
         state.closed = true;
@@ -343,8 +362,8 @@ impl Drop for Pipe {
     }
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+impl<M> Shared<M> {
+    fn lock(&self) -> MutexGuard<'_, State<M>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -6,11 +6,16 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::StoreError;
-use crate::store::pipe::{self, Pipe, Reply};
+use crate::store::node::NodePipe;
+use crate::store::pipe::{self, Reply};
 use crate::store::script::SCRIPT;
 
 /// `SCRIPT LOAD`: Redis answers with the script's SHA1, which must be ours.
-pub(super) async fn load_script(pipe: &Pipe, wait: Duration, sha: &str) -> Result<(), StoreError> {
+pub(super) async fn load_script(
+    pipe: &NodePipe,
+    wait: Duration,
+    sha: &str,
+) -> Result<(), StoreError> {
     let load = |out: &mut Vec<u8>| {
         pipe::Command::new(out, 3)
             .arg(b"SCRIPT")
@@ -41,7 +46,7 @@ pub(super) fn tier_of(reply: Reply) -> Result<Option<String>, StoreError> {
 }
 
 pub(super) async fn hget_on_pipe(
-    pipe: &Pipe,
+    pipe: &NodePipe,
     wait: Duration,
     hash: &str,
     field: &[u8],

@@ -5,10 +5,10 @@
 use super::commands::bulk;
 use super::{Backend, RedisStore, StoreError};
 use crate::limit::WindowCheck;
+use crate::limit::window::{Small, WindowRequest};
 use crate::store::cluster;
 use crate::store::pipe;
 use crate::store::script;
-use crate::store::{Small, WindowRequest};
 
 impl RedisStore {
     /// Where one identity's windows (`requests`, of one limit) stand, as the script checks

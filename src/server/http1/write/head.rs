@@ -6,9 +6,9 @@ use http::HeaderMap;
 use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 
 use super::OutgoingBody;
-use crate::added_fields::AddedFields;
+use crate::fields::added::AddedFields;
+use crate::fields::upstream::UpstreamFields;
 use crate::http1::encode::{ResponseHeadFields, encode_field, encode_length};
-use crate::upstream_fields::UpstreamFields;
 
 /// A response's fields, from wherever they are kept.
 pub(super) struct Fields<'a> {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::added_fields::Added;
+use crate::fields::added::Added;
 use http::StatusCode;
 
 #[test]
