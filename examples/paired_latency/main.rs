@@ -121,7 +121,7 @@ fn main() -> std::process::ExitCode {
 
 /// The integration tests' harness: the real gateway and in-process upstreams on loopback.
 #[cfg(test)]
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../tests/it/support/mod.rs"]
 mod common;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,3 @@
+mod endpoints;
+mod limits;
+mod metrics_exposition;

@@ -1,0 +1,3 @@
+mod fields;
+mod paths;
+mod protocols;

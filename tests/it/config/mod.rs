@@ -1,0 +1,6 @@
+mod bounds;
+mod cli;
+mod consistency;
+mod contrib;
+mod image;
+mod loading;

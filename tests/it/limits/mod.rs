@@ -1,0 +1,4 @@
+mod local;
+mod reload;
+mod reload_upstreams;
+mod tiers_by_list;

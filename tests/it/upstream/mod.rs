@@ -1,0 +1,6 @@
+mod connections;
+mod deadlines;
+mod forwarding;
+mod http1;
+mod pools;
+mod resend;
