@@ -3,9 +3,9 @@
 
 use crate::support;
 
-use support::*;
 use http::StatusCode;
 use std::time::Duration;
+use support::*;
 
 fn config(upstream: &TestUpstream) -> String {
     format!(

@@ -5,10 +5,10 @@
 
 use crate::support;
 
-use support::redis_server::RedisServer;
-use support::*;
 use http::{Method, Request, StatusCode};
 use serde_json::Value;
+use support::redis_server::RedisServer;
+use support::*;
 
 const LIMIT: u64 = 3;
 

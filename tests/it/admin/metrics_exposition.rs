@@ -6,10 +6,10 @@ use crate::support;
 
 use std::collections::BTreeMap;
 
-use support::scrape::{declared_types, parse_classic, scrape};
-use support::*;
 use http::StatusCode;
 use prometheus_parse::{SampleType, Value};
+use support::scrape::{declared_types, parse_classic, scrape};
+use support::*;
 
 const CLASSIC: &str = "text/plain; version=0.0.4; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -7,10 +7,10 @@ use crate::support;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use support::recording::*;
-use support::*;
 use http_body_util::StreamBody;
 use hyper::body::Frame;
+use support::recording::*;
+use support::*;
 
 #[tokio::test]
 async fn judged_fields_never_cross_as_request_trailers() {

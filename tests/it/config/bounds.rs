@@ -3,9 +3,9 @@
 
 use crate::support;
 
-use support::*;
 use http::StatusCode;
 use ratelimit_proxy::testing::{MAX_PROBLEMS, parse_str};
+use support::*;
 
 const VALID: &str = r#"
 [server]

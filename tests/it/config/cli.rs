@@ -8,9 +8,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use http::StatusCode;
 use support::binary::{RunningBinary, config_file, json};
 use support::*;
-use http::StatusCode;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_ratelimit-proxy");
 

@@ -6,11 +6,11 @@ use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use promql_parser::parser::{self, Expr};
+use serde::Deserialize;
 use support::redis_server::RedisServer;
 use support::scrape::{exported_names, scrape};
 use support::*;
-use promql_parser::parser::{self, Expr};
-use serde::Deserialize;
 
 const DASHBOARD: &str = "contrib/grafana/ratelimit-proxy.json";
 const ALERTS: &str = "contrib/prometheus/alerts.yml";

@@ -5,8 +5,8 @@ use crate::support;
 
 use std::path::Path;
 
-use support::check_config as check;
 use ratelimit_proxy::testing::parse_str;
+use support::check_config as check;
 
 fn write_config(name: &str, text: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("rlp-config-test-{}", std::process::id()));

@@ -5,8 +5,8 @@ use crate::support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::*;
 use http::{Request, Response, StatusCode};
+use support::*;
 use tokio::sync::Notify;
 
 /// Sends GET `path` with optional x-api-key; returns the answer head and body.
@@ -48,9 +48,14 @@ name = "per-key"
 key = ["header:x-api-key"]
 rates = [{ limit = 3, per = "3s" }, { limit = 1000, per = "1d" }]
 "#;
-    let gateway = gateway(&upstream, limits, "limits = [\"per-key\"]").await;
+    let clock = Arc::new(ratelimit_proxy::testing::ManualClock::new());
+    let config = format!(
+        "[[upstreams]]\nname = \"api\"\nservers = [\"{}\"]\n\n[[routes]]\nname = \"default\"\nupstream = \"api\"\nlimits = [\"per-key\"]\n\n{limits}",
+        upstream.url()
+    );
+    let gateway = TestGateway::start_with_clock(&config, clock.clone()).await;
 
-    // One token a second: the checks hold as long as the three calls take under a second.
+    // One token a second; the clock stands still between the calls.
     for (expected_remaining, reset) in [("2", "1"), ("1", "2"), ("0", "3")] {
         let (response, _) = call(&gateway, "/", Some("k1")).await;
         assert_eq!(response.status(), StatusCode::OK);
@@ -85,8 +90,13 @@ rates = [{ limit = 3, per = "3s" }, { limit = 1000, per = "1d" }]
         call(&gateway, "/", Some("k2")).await.0.status(),
         StatusCode::OK
     );
-    // Waiting exactly Retry-After is enough.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Waiting exactly Retry-After is enough, and a moment less is not.
+    clock.advance(Duration::from_millis(999));
+    assert_eq!(
+        call(&gateway, "/", Some("k1")).await.0.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    clock.advance(Duration::from_millis(1));
     assert_eq!(
         call(&gateway, "/", Some("k1")).await.0.status(),
         StatusCode::OK

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use support::*;
 use http::Request;
+use support::*;
 
 /// A config of one upstream over `servers`, with an admin listener; `marker` changes a setting
 /// the upstream does not depend on, so that every reload has something to apply.

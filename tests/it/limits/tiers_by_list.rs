@@ -4,9 +4,9 @@
 
 use crate::support;
 
+use http::{Request, StatusCode};
 use support::redis_server::RedisServer;
 use support::*;
-use http::{Request, StatusCode};
 
 const LIMIT: usize = 3;
 

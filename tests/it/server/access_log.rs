@@ -7,9 +7,9 @@ use crate::support;
 
 use std::time::Duration;
 
+use http::{Request, StatusCode};
 use support::binary::{RunningBinary, config_file, json};
 use support::*;
-use http::{Request, StatusCode};
 
 /// The access lines among `lines`, parsed.
 fn access_lines(lines: &[String]) -> Vec<serde_json::Value> {

@@ -9,11 +9,11 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use support::recording::Via;
-use support::*;
 use futures_util::StreamExt;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
+use support::recording::Via;
+use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -6,9 +6,9 @@ use crate::support;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use support::*;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use support::*;
 use tokio::sync::Mutex;
 
 const LOAD_BALANCER: &str = "127.0.0.2";

@@ -7,10 +7,10 @@ use crate::support;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use support::*;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
+use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -6,9 +6,9 @@ use crate::support;
 
 use std::time::Duration;
 
-use support::*;
 use http::Response;
 use http_body_util::BodyExt;
+use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -10,9 +10,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use support::*;
 use http::StatusCode;
 use http_body_util::BodyExt;
+use support::*;
 use tokio::sync::Semaphore;
 
 /// The binary, serving; its stderr is collected line by line as it comes.

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use http::{Request, StatusCode};
 use support::fleet::*;
 use support::redis_server::RedisCluster;
 use support::*;
-use http::{Request, StatusCode};
 
 /// One cluster test at a time: five clusters of six servers at once, beside their gateways and
 /// load on two cores, starve Redis past its 50 ms timeout (the machine failing, not the store).

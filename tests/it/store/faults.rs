@@ -9,10 +9,10 @@ use crate::support;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use http::{Request, StatusCode};
 use support::fleet::*;
 use support::redis_server::RedisServer;
 use support::*;
-use http::{Request, StatusCode};
 
 const ALGORITHMS: [&str; 5] = [
     "token_bucket",

@@ -7,12 +7,12 @@ use crate::support;
 
 use std::time::Duration;
 
-use support::redis_server::RedisServer;
 use ratelimit_proxy::testing::WindowRequest;
 use ratelimit_proxy::testing::{Algorithm, Rate, WindowCheck};
 use ratelimit_proxy::testing::{Grant, SyncAsk};
 use ratelimit_proxy::testing::{RedisConfig, RedisStore, StoreError};
 use ratelimit_proxy::testing::{SyncEntry, SyncReply};
+use support::redis_server::RedisServer;
 
 /// A realistic Unix time at the start of a minute, in ns.
 const START: u64 = 1_764_000_000 / 60 * 60 * 1_000_000_000;

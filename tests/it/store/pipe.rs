@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use support::redis_server::RedisServer;
 use futures_util::future::join_all;
 use ratelimit_proxy::testing::NodePipe as Pipe;
 use ratelimit_proxy::testing::ScriptCall;
@@ -17,6 +16,7 @@ use ratelimit_proxy::testing::StoreError;
 use ratelimit_proxy::testing::WindowRequest;
 use ratelimit_proxy::testing::{Algorithm, Rate};
 use ratelimit_proxy::testing::{Command, Reply, Settings, Tls};
+use support::redis_server::RedisServer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;

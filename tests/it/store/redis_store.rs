@@ -5,13 +5,13 @@ use crate::support;
 
 use std::time::Duration;
 
-use support::redis_server::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use ratelimit_proxy::testing::MemoryStore;
 use ratelimit_proxy::testing::{Algorithm, Rate, WindowCheck};
 use ratelimit_proxy::testing::{RedisConfig, RedisStore};
 use ratelimit_proxy::testing::{Small, WindowRequest};
+use support::redis_server::RedisServer;
 
 /// A realistic Unix time in µs, as Redis TIME gives it.
 const START_US: u64 = 1_764_000_000_000_000;

@@ -74,7 +74,19 @@ impl TestGateway {
         let text = format!("[server]\nlisten = [\"127.0.0.1:0\"]\n{config_text}");
         let config = ratelimit_proxy::testing::parse_str(&text, "test.toml")
             .unwrap_or_else(|e| panic!("{e}"));
-        TestGateway::serve(config).await
+        TestGateway::serve(config, None).await
+    }
+
+    /// As `start`, with the clock the gateway's in-process limits, edge layer and leases read:
+    /// a test advances it instead of waiting for a window to pass.
+    pub async fn start_with_clock(
+        config_text: &str,
+        clock: Arc<dyn ratelimit_proxy::testing::Clock>,
+    ) -> TestGateway {
+        let text = format!("[server]\nlisten = [\"127.0.0.1:0\"]\n{config_text}");
+        let config = ratelimit_proxy::testing::parse_str(&text, "test.toml")
+            .unwrap_or_else(|e| panic!("{e}"));
+        TestGateway::serve(config, Some(clock)).await
     }
 
     /// Writes `files` and `gw.toml` (config text, `listen` forced to 127.0.0.1:0) into a fresh
@@ -96,11 +108,18 @@ impl TestGateway {
         )
         .unwrap();
         let config = ratelimit_proxy::testing::load(&path).unwrap_or_else(|e| panic!("{e}"));
-        (TestGateway::serve(config).await, path)
+        (TestGateway::serve(config, None).await, path)
     }
 
-    async fn serve(config: ratelimit_proxy::Config) -> TestGateway {
-        let gateway = ratelimit_proxy::Gateway::bind(config).await.expect("bind");
+    async fn serve(
+        config: ratelimit_proxy::Config,
+        clock: Option<Arc<dyn ratelimit_proxy::testing::Clock>>,
+    ) -> TestGateway {
+        let gateway = match clock {
+            Some(clock) => ratelimit_proxy::Gateway::bind_with_clock(config, clock).await,
+            None => ratelimit_proxy::Gateway::bind(config).await,
+        }
+        .expect("bind");
         let addr = gateway.local_addrs()[0];
         let tls_addr = gateway.tls_addrs().first().copied();
         let admin_addr = gateway.admin_addr();
@@ -344,6 +363,18 @@ pub async fn eventually(within: Duration, mut condition: impl FnMut() -> bool) -
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     condition()
+}
+
+/// As `eventually`, for a condition that must await (a request, a scrape).
+pub async fn eventually_async(within: Duration, mut condition: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    while tokio::time::Instant::now() < deadline {
+        if condition().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    condition().await
 }
 
 /// `ratelimit-proxy check --config PATH` run as the real binary: whether it passed, and what it

@@ -12,10 +12,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use support::recording::read_head;
-use support::*;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
+use support::recording::read_head;
+use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use support::recording::Via;
-use support::*;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
+use support::recording::Via;
+use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use support::*;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
+use support::*;
 use tokio::sync::{Mutex, Notify, mpsc};
 
 /// An upstream that streams every request body back.

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use support::recording::read_head;
-use support::*;
 use futures_util::future::join_all;
 use http::StatusCode;
+use support::recording::read_head;
+use support::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
