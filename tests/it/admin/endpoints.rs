@@ -235,13 +235,11 @@ async fn a_request_abandoned_before_its_answer_still_counts_its_limit_decision()
     let admin = format!("http://{}", gateway.admin_addr.unwrap());
     let allowed = r#"rlp_limit_decisions_total{limit="per-ip",decision="allowed"}"#;
     let mut text = String::new();
-    for _ in 0..250 {
+    eventually_async(Duration::from_secs(5), async || {
         text = String::from_utf8(get(&format!("{admin}/metrics")).await.1.to_vec()).unwrap();
-        if metric(&text, allowed) == 1.0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        metric(&text, allowed) == 1.0
+    })
+    .await;
     assert_eq!(metric(&text, allowed), 1.0, "{text}");
     assert_eq!(
         metric(&text, r#"rlp_edge_decisions_total{decision="allowed"}"#),

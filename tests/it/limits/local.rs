@@ -343,14 +343,10 @@ async fn max_in_flight_gives_503_and_recovers_when_requests_finish_or_clients_le
     for leaver in leavers {
         leaver.abort();
     }
-    let mut recovered = false;
-    for _ in 0..100 {
-        if call(&gateway, "/quick", None).await.0.status() == StatusCode::OK {
-            recovered = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let recovered = eventually_async(Duration::from_secs(2), async || {
+        call(&gateway, "/quick", None).await.0.status() == StatusCode::OK
+    })
+    .await;
     assert!(
         recovered,
         "slots of disconnected clients were never released"

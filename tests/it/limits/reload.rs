@@ -155,14 +155,10 @@ async fn an_ip_list_file_change_is_picked_up_by_the_watcher() {
     assert_eq!(get(&gateway.url("/")).await.0.status(), 200);
 
     std::fs::write(path.with_file_name("blocked.txt"), "127.0.0.1/32\n").unwrap();
-    let mut forbidden = false;
-    for _ in 0..100 {
-        if get(&gateway.url("/")).await.0.status() == 403 {
-            forbidden = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let forbidden = eventually_async(Duration::from_secs(5), async || {
+        get(&gateway.url("/")).await.0.status() == 403
+    })
+    .await;
     stop.cancel();
     assert!(forbidden, "the new deny list never took effect");
 }

@@ -49,14 +49,10 @@ async fn available(gateway: &TestGateway, server: &str) -> bool {
 
 /// Polls the admin listener until `server`'s availability is `wanted`, for at most 10 s.
 async fn becomes_available(gateway: &TestGateway, server: &str, wanted: bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if available(gateway, server).await == wanted {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    eventually_async(Duration::from_secs(10), async || {
+        available(gateway, server).await == wanted
+    })
+    .await
 }
 
 #[tokio::test]

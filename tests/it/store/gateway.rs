@@ -69,13 +69,10 @@ fn keys(server: &RedisServer, pattern: &str) -> Vec<String> {
 /// Whether `/readyz` answers 200 within 10 s.
 async fn ready(gateway: &TestGateway) -> bool {
     let url = format!("http://{}/readyz", gateway.admin_addr.unwrap());
-    for _ in 0..500 {
-        if get(&url).await.0.status() == StatusCode::OK {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    eventually_async(Duration::from_secs(10), async || {
+        get(&url).await.0.status() == StatusCode::OK
+    })
+    .await
 }
 
 async fn metrics(gateway: &TestGateway) -> String {
@@ -345,14 +342,10 @@ async fn redis_killed_mid_load_each_limit_follows_its_on_error_and_recovers_with
 
     server.restart();
     // The breaker probes within a second; then Redis decides again, exactly (10, not 5).
-    let mut recovered = false;
-    for _ in 0..100 {
-        if status(&gateway, "/closed", "probe").await == StatusCode::OK {
-            recovered = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let recovered = eventually_async(Duration::from_secs(5), async || {
+        status(&gateway, "/closed", "probe").await == StatusCode::OK
+    })
+    .await;
     assert!(recovered, "the gateway went back to Redis by itself");
     let mut exact = Vec::new();
     for _ in 0..12 {

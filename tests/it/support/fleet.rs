@@ -62,14 +62,10 @@ pub async fn status(gateway: &TestGateway, path: &str, api_key: &str) -> StatusC
 /// Whether `/readyz` answers 200 within `within`.
 pub async fn ready_within(gateway: &TestGateway, within: Duration) -> bool {
     let url = format!("http://{}/readyz", gateway.admin_addr.unwrap());
-    let deadline = tokio::time::Instant::now() + within;
-    while tokio::time::Instant::now() < deadline {
-        if get(&url).await.0.status() == StatusCode::OK {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
+    super::eventually_async(within, async || {
+        get(&url).await.0.status() == StatusCode::OK
+    })
+    .await
 }
 
 pub async fn metrics(gateway: &TestGateway) -> String {

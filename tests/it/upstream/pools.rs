@@ -183,15 +183,10 @@ async fn health_checks_take_a_failing_server_out_and_bring_it_back() {
     }
 
     healthy.store(true, Ordering::SeqCst);
-    let mut came_back = false;
-    for _ in 0..200 {
-        let (_, body) = get(&gateway.url("/work")).await;
-        if &body[..] == b"flaky" {
-            came_back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let came_back = eventually_async(Duration::from_secs(4), async || {
+        &get(&gateway.url("/work")).await.1[..] == b"flaky"
+    })
+    .await;
     assert!(came_back, "the server never returned after passing checks");
 }
 
