@@ -108,8 +108,14 @@ async fn a_fleet_on_one_hot_key(algorithm: &str) {
         let (gateways, stop) = (gateways.clone(), stop.clone());
         async move { load(&gateways, "/hot", 6, stop).await }
     });
-    // Steady: after the first touches and the first syncs.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Steady: after the first touches, once every gateway has synced a few times.
+    let synced = eventually_async(Duration::from_secs(10), async || {
+        let ok = metric_sum(&gateways, "rlp_limit_syncs_total{result=\"ok\"}").await;
+        ok >= 5 * gateways.len() as u64
+    })
+    .await;
+    assert!(synced, "the gateways never synced");
+    // Fixed: a rate is measured over an interval of real time.
     let (calls_before, at_before) = (server.all_calls(), Instant::now());
     let answered_before = metric_sum(&gateways, "rlp_requests_total{").await;
     tokio::time::sleep(Duration::from_secs(3)).await;

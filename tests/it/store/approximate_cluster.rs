@@ -113,7 +113,14 @@ async fn a_fleet_on_a_cluster_admits_at_most_each_limit_with_a_call_per_sync_per
         let (gateways, stop) = (gateways.clone(), stop.clone());
         async move { load(&gateways, 4, stop).await }
     });
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Steady: after the first touches, once every gateway has synced a few times.
+    let synced = eventually_async(Duration::from_secs(10), async || {
+        let ok = metric_sum(&gateways, "rlp_limit_syncs_total{result=\"ok\"}").await;
+        ok >= 5 * gateways.len() as u64
+    })
+    .await;
+    assert!(synced, "the gateways never synced");
+    // Fixed: a rate is measured over an interval of real time.
     let (before, at_before) = (calls(&cluster), Instant::now());
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (after, at_after) = (calls(&cluster), Instant::now());
