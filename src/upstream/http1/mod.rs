@@ -1,8 +1,8 @@
 //! HTTP/1.1 to upstream servers, spoken in the request's own task: the request head is written,
 //! the request body streamed and the response read on one connection, with no connection task
 //! and no channels in between. hyper's client passed every request, response and body chunk
-//! through channels to a task of its own; that hop was about a third of the instructions of a
-//! proxied request (docs/PERFORMANCE.md).
+//! through channels to a task of its own; that hop was a large share of the instructions of a
+//! proxied request (docs/PERFORMANCE.md, "Measured behind the code").
 //!
 //! What comes back is checked as strictly as hyper did: a malformed or oversized head, a bad
 //! Content-Length or chunk line, or a body cut short is an error, and a connection is only
