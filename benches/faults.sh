@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What clients see while the gateway's Redis fails, for each on_error, and how long until
-# limits are exact again (README, "Failure modes"). A gateway in front of the echo upstream
+# limits are exact again (docs/design/failure-modes.md). A gateway in front of the echo upstream
 # with three routes whose limits say allow, deny and local (fallback_instances = 2), each
 # loaded at RATE requests/s, and each fault in turn for FAULT_S seconds:
 #   kill    redis-server killed (SIGKILL), started again on its port FAULT_S later

@@ -158,7 +158,8 @@ impl EdgeLayer {
     }
 }
 
-/// One tracked IP: 24 bytes.
+/// One tracked IP: an address's hash and one timestamp, nothing more (its size:
+/// docs/PERFORMANCE.md, "Measured behind the code").
 struct Bucket {
     key: [u64; 2],
     tat: Nanos,

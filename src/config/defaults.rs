@@ -1,6 +1,6 @@
 //! The values in force that a file left out, added to what `/config` shows: an operator asking
-//! "what is the idle timeout here?" should not need the README's defaults table. Only absent
-//! keys are filled (what the file says stays as written), from the validated `Config`.
+//! "what is the idle timeout here?" should not need docs/configuration.md's defaults tables.
+//! Only absent keys are filled (what the file says stays as written), from the validated `Config`.
 
 use std::time::Duration;
 

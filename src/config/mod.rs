@@ -1,5 +1,5 @@
-//! The config contract (docs/ARCHITECTURE.md; every key in the README's "Configuration
-//! reference"): the file is parsed into `raw` types, then `validate` turns it into this typed
+//! The config contract (docs/ARCHITECTURE.md; every key in docs/configuration.md): the file is
+//! parsed into `raw` types, then `validate` turns it into this typed
 //! `Config` or into every problem it found, each with its key path. Nothing downstream
 //! re-validates.
 

@@ -10,7 +10,8 @@ use crate::limit::{Algorithm, Rate};
 
 /// Per-request lists: a request meets a handful of windows, so they live on the stack. Four
 /// (two limits of two windows) stay inline; more spill to the heap. Eight made every list of
-/// window requests 912 bytes, copied whole each time a future holding one moved.
+/// window requests large, copied whole each time a future holding one moved
+/// (docs/PERFORMANCE.md, "Measured behind the code").
 pub type Small<T> = SmallVec<[T; 4]>;
 
 /// One window of one limit for one identity, as a request needs it checked.

@@ -1,5 +1,6 @@
-//! Metric names and registration (README: `/metrics` under "Admin endpoints"), in Prometheus
-//! text on the admin listener. One `Metrics` lives as long as the gateway, across reloads;
+//! Metric names and registration (docs/operations.md: `/metrics` under "Admin endpoints", and
+//! "Metrics"), in Prometheus text on the admin listener. One `Metrics` lives as long as the
+//! gateway, across reloads;
 //! gauges that describe the current runtime (tracked IPs, upstream health) are refreshed when
 //! scraped.
 
@@ -178,7 +179,7 @@ impl Metrics {
         metrics.register_upstreams_and_store();
         metrics.registry.register(
             "rlp_timeouts",
-            "Deadlines that fired, by kind (the README's timeout table)",
+            "Deadlines that fired, by kind (the timeout table of docs/operations.md)",
             timeouts,
         );
         process::register(&mut metrics.registry);

@@ -1,5 +1,5 @@
-//! `rlp_timeouts_total{kind}`: each deadline of the README's timeout table that fired, by
-//! which. The counters are made once per gateway, so counting is one atomic add.
+//! `rlp_timeouts_total{kind}`: each deadline of docs/operations.md's timeout table that fired,
+//! by which. The counters are made once per gateway, so counting is one atomic add.
 
 use std::sync::Arc;
 

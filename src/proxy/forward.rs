@@ -95,7 +95,8 @@ pin_project_lite::pin_project! {
     /// The first attempt, then at most one more on another server when the first could not
     /// connect. By hand, not `then` with an `async` block: the block (the first result, the
     /// retry, the upgrade) was moved into place after every first attempt, and whether that
-    /// was inlined moved a request's cost by ~0.3k instructions from one build to the next.
+    /// was inlined moved a request's cost from one build to the next (docs/PERFORMANCE.md,
+    /// "Measured behind the code").
     struct Attempts<'r, 's, F> {
         #[pin]
         first_attempt: F,

@@ -68,7 +68,8 @@ pub(crate) fn handle(
         let request_id = id::keep_or_mint(&request.fields);
         let mut log = RequestLog::new(runtime);
         // Pinned where it is made: `.await` on the call itself moved the whole future (room
-        // for every one of its states, ~100 instructions of memcpy) into place first.
+        // for every one of its states, a memcpy) into place first (docs/PERFORMANCE.md,
+        // "Measured behind the code").
         let proxied = pin!(proxy(runtime, client, request, &request_id, &mut log)).await;
         let mut response = match proxied {
             Ok(response) => response,

@@ -34,8 +34,8 @@ pub(super) struct RequestLog<'r> {
     pub(super) refused_by: Option<Arc<str>>,
     /// What is left of the most restrictive window after an admitted request.
     pub(super) remaining: Option<u64>,
-    /// When the upstream's answer came: the request's end too (a clock reading apiece cost
-    /// ~30 ns on this machine's TSC clock).
+    /// When the upstream's answer came: the request's end too (a clock reading apiece has a
+    /// cost of its own, docs/PERFORMANCE.md, "Measured behind the code").
     pub(super) answered: Option<Instant>,
     pub(super) admission: AdmissionRecord,
     /// Whether `record` ran; if not, dropping the log counts what admission saw.

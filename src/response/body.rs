@@ -31,8 +31,9 @@ pub(crate) struct ResponseBody {
 enum Source {
     Upstream(PooledBody),
     /// Made here. A problem's `Content-Type` goes into the head with the added fields, not
-    /// into the header map: inserting it cost a denial ~0.6k instructions, 4%, with the map's
-    /// allocations and the lookups the head's writer makes in a map that is not empty.
+    /// into the header map: inserting it cost a denial the map's allocations and the lookups
+    /// the head's writer makes in a map that is not empty (docs/PERFORMANCE.md, "Measured
+    /// behind the code").
     Generated {
         bytes: Full<Bytes>,
         problem: bool,
@@ -116,8 +117,8 @@ impl ResponseBody {
     }
 
     /// Keeps `slot` taken and the request counted in flight until this body is done. In
-    /// place: rebuilding a response around a body that took them moved both (~60 instructions
-    /// a request).
+    /// place: rebuilding a response around a body that took them moved both, on every request
+    /// (docs/PERFORMANCE.md, "Measured behind the code").
     pub(crate) fn hold(&mut self, slot: Option<InFlightSlot>, counted: InFlightGauge) {
         self._slot = slot;
         self._counted = Some(counted);

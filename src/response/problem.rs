@@ -11,7 +11,8 @@ use Detail::{Json, Text};
 /// A piece of a problem's detail.
 pub(super) enum Detail<'a> {
     /// The gateway's own words, and numbers: already the inside of a JSON string, copied as
-    /// they are (escaping them again cost a denial ~300 instructions).
+    /// they are (escaping them again cost every denial; docs/PERFORMANCE.md, "Measured behind
+    /// the code").
     Json(&'a str),
     /// Text from elsewhere (names from the config, an error's words): escaped.
     Text(&'a str),
@@ -19,7 +20,8 @@ pub(super) enum Detail<'a> {
 
 /// A problem+json answer with the given status, type and detail, which is the text of
 /// `detail`'s pieces one after the other, written straight into the body (a `format!` of the
-/// detail and a second pass to escape it cost a denial ~600 instructions, 2.5%).
+/// detail and a second pass to escape it cost every denial; docs/PERFORMANCE.md, "Measured
+/// behind the code").
 pub(super) fn problem_response(
     status: StatusCode,
     problem_type: &str,
@@ -79,8 +81,8 @@ pub(super) fn push_json_content(out: &mut Vec<u8>, text: &str) {
 }
 
 /// Where the first byte JSON needs escaped is, eight bytes at a time: a problem's pieces are
-/// short, and a byte at a time (past the last whole block) this cost a denial ~1k
-/// instructions, 7%.
+/// short, and a byte at a time (past the last whole block) this cost a denial a large share
+/// of its instructions (docs/PERFORMANCE.md, "Measured behind the code").
 pub(super) fn first_to_escape(bytes: &[u8]) -> Option<usize> {
     if bytes.len() < 8 {
         return bytes.iter().position(|&byte| needs_escape(byte));

@@ -71,9 +71,9 @@ where
     });
     async move {
         // The task wakes once or twice per request for the connection; the shutdown signal
-        // and the watch's timer are polled only when one of them woke it (each cost ~200
-        // instructions to poll), behind one flag (each flag of its own was a cache miss per
-        // wake under load).
+        // and the watch's timer are polled only when one of them woke it (polling each costs
+        // instructions on every wake), behind one flag (each flag of its own was a cache miss
+        // per wake under load). Measured: docs/PERFORMANCE.md, "Measured behind the code".
         let stopping = pin!(stop.cancelled());
         let watch = IdleWatch::new(&settings.deadlines);
         let checking = pin!(tokio::time::sleep_until(watch.next_check));
@@ -307,11 +307,11 @@ mod tests {
     use super::*;
     use crate::metrics::Metrics;
 
-    /// What a plain connection's future may be, in the debug build tests run in: 888 bytes
-    /// when this was written (the release build's whole task, the future with tokio's header,
-    /// is 1,024, `-Zprint-type-sizes`). An idle connection costs mostly its task, so a change
-    /// that makes it hold a request's state (~8 KiB) or hyper's HTTP/2 connection again fails
-    /// here (docs/PERFORMANCE.md, "Idle connections").
+    /// What a plain connection's future may be, in the debug build tests run in (its size when
+    /// this was written, and the release build's whole task: docs/PERFORMANCE.md, "Measured
+    /// behind the code"). An idle connection costs mostly its task, so a change that makes it
+    /// hold a request's state or hyper's HTTP/2 connection again fails here
+    /// (docs/PERFORMANCE.md, "Idle connections").
     const MAX_DEBUG_FUTURE: usize = 1024;
 
     #[tokio::test]

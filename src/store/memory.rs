@@ -22,7 +22,8 @@ const SHARDS: usize = 64;
 const OVERFLOW_CELLS: u64 = 64;
 const SWEEP_PAUSE_NS: u64 = 100_000_000;
 
-/// One stored window: 40 bytes.
+/// One stored window: an identity's hash, its state and its expiry (its size:
+/// docs/PERFORMANCE.md, "Measured behind the code").
 struct Entry {
     key: [u64; 2],
     cell: Cell,

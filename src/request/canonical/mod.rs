@@ -1,7 +1,7 @@
 //! Step 2 of the pipeline (docs/ARCHITECTURE.md): a parsed request, from the own HTTP/1 server
 //! or hyper's HTTP/2, is validated and put in canonical form once, here. Client IP, routing, IP
 //! lists, limit keys and the forwarded head all read the `Request` this makes, so what the
-//! limiter judges is what the upstream receives (README "What the proxy normalises and
+//! limiter judges is what the upstream receives (docs/requests.md, "What the proxy normalises and
 //! refuses").
 //!
 //! Invariants of a `Request`: its method is an upper-case token; its fields hold no hop-by-hop

@@ -1,13 +1,13 @@
 //! HTTP/1.1 to upstream servers, spoken in the request's own task: the request head is written,
 //! the request body streamed and the response read on one connection, with no connection task
 //! and no channels in between. hyper's client passed every request, response and body chunk
-//! through channels to a task of its own; that hop was about a third of the instructions of a
-//! proxied request (docs/PERFORMANCE.md).
+//! through channels to a task of its own; that hop was a large share of the instructions of a
+//! proxied request (docs/PERFORMANCE.md, "Measured behind the code").
 //!
 //! What comes back is checked as strictly as hyper did: a malformed or oversized head, a bad
 //! Content-Length or chunk line, or a body cut short is an error, and a connection is only
 //! reused after a request written whole before its response began and a response that was
-//! framed, read to its end and followed by nothing else (README "Timeouts").
+//! framed, read to its end and followed by nothing else (docs/operations.md, "Timeouts").
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -106,7 +106,7 @@ pub(crate) struct Connection {
     upload: Upload,
     /// The final response head began to arrive before the request was written whole: the
     /// upstream may take the rest of the request for another one, so the connection is not
-    /// reused (an early answer; README "Timeouts").
+    /// reused (an early answer; docs/operations.md, "Timeouts").
     answered_during_upload: bool,
     /// The request carried a body. An upstream that ignores bodies on some path (a "CL.0"
     /// server) takes such a body for a request of its own, whose answer then arrives on the

@@ -184,14 +184,15 @@ async fn text_logs_off_a_terminal_have_no_colours_and_say_what_started_and_that_
     );
 }
 
-/// README, "Logs": the access lines are target `access`, at info.
+/// docs/operations.md, "Logs": the access lines are target `access`, at info.
 #[tokio::test]
 async fn rust_log_warn_with_access_at_info_keeps_the_access_lines_alone() {
     let upstream = TestUpstream::ok("ok").await;
     // Nothing at info says where it listens: the port is chosen here.
     let addr = format!("127.0.0.1:{}", support::redis_server::free_port());
     let config = format!(
-        // A hash_secret: without one, `warn` has a line about it (README, "Safety checks").
+        // A hash_secret: without one, `warn` has a line about it (docs/configuration.md,
+        // "Safety checks").
         "[server]\nlisten = [\"{addr}\"]\n[log]\nformat = \"json\"\naccess = true\n[store]\nhash_secret = \"k\"\n{}",
         one_route_config(&[upstream.url()], "")
     );

@@ -25,7 +25,7 @@ const ALGORITHMS: [Algorithm; 5] = [
 ];
 
 /// Limits that divide a second into whole microseconds, so both sides refill alike (the Redis
-/// store counts in µs; see README).
+/// store counts in µs; see docs/design/redis.md, "Microseconds").
 const LIMITS: [u64; 9] = [1, 2, 4, 5, 8, 10, 16, 20, 25];
 const PERIODS_S: [u64; 4] = [1, 2, 10, 60];
 

@@ -256,7 +256,7 @@ impl RedisCluster {
 
     /// Three masters and `replicas` replicas of each; a node is failed over once the others
     /// have not heard from it for `node_timeout_ms`. A master's failure does not stop the
-    /// others (`cluster-require-full-coverage no`, as README recommends).
+    /// others (`cluster-require-full-coverage no`, as docs/design/redis.md recommends).
     pub fn start_with(replicas: usize, node_timeout_ms: u64) -> RedisCluster {
         let node_timeout = node_timeout_ms.to_string();
         let nodes: Vec<RedisServer> = (0..3 * (1 + replicas))

@@ -338,7 +338,7 @@ async fn a_small_body_answered_unread_cannot_give_its_hidden_requests_answer_to_
 /// An upstream that sends bytes nobody asked for after a bodiless exchange (a body after a
 /// HEAD answer, in a write of its own): once they have arrived they are found on the idle
 /// connection, which is then not reused. (Bytes still on their way when the connection is
-/// reused cannot be told from its next answer; README "Timeouts".)
+/// reused cannot be told from its next answer; docs/operations.md, "Timeouts".)
 #[tokio::test]
 async fn bytes_sent_after_a_head_answer_never_reach_the_next_client() {
     let upstream = naive_upstream::NaiveUpstream::start().await;
