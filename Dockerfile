@@ -35,7 +35,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin ratelimit
-# OCI labels: the version is Cargo.toml's (tests/image.rs keeps them equal); pass the commit
+# OCI labels: the version is Cargo.toml's (tests/it/config/image.rs keeps them equal); pass the commit
 # and where the source lives: `--build-arg RLP_GIT_COMMIT=$(git rev-parse --short=12 HEAD)
 # --build-arg RLP_SOURCE=https://...`.
 ARG RLP_VERSION=0.1.0

@@ -2,5 +2,6 @@ mod bounds;
 mod cli;
 mod consistency;
 mod contrib;
+mod docs;
 mod image;
 mod loading;

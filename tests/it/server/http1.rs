@@ -1,6 +1,6 @@
 //! The gateway's own HTTP/1 server (src/server/http1/), on raw sockets: pipelining with and
 //! without bodies, response framing, the fields it adds, malformed heads and `Connection:
-//! close`. tests/http1_server_bodies.rs has 100-continue, HEAD, HTTP/1.0 and upgrades.
+//! close`. tests/it/server/http1_bodies.rs has 100-continue, HEAD, HTTP/1.0 and upgrades.
 
 use crate::support;
 

@@ -136,7 +136,7 @@ fn expand(text: &str) -> Result<String, String> {
             .find(|(known, _)| *known == name)
             .map(|(_, value)| *value)
             .ok_or_else(|| {
-                format!("`${{{name}}}` has no example value: add it to ENVIRONMENT in tests/doc_configs.rs")
+                format!("`${{{name}}}` has no example value: add it to ENVIRONMENT in tests/it/config/docs.rs")
             })?;
         out.push_str(value);
         rest = &rest[end + 1..];
@@ -176,7 +176,7 @@ fn make_files(dir: &Path, value: &toml::Value) {
                 write(dir, ca, &self_signed().0);
             }
             if let Some(toml::Value::String(file)) = table.get("file") {
-                write(dir, file, "# made by tests/doc_configs.rs\n");
+                write(dir, file, "# made by tests/it/config/docs.rs\n");
             }
             table.values().for_each(|inner| make_files(dir, inner));
         }
