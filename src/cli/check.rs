@@ -10,18 +10,18 @@ pub(super) fn check(config: Option<PathBuf>, strict: bool) -> anyhow::Result<Exi
     match crate::config::load(&path) {
         Ok(config) => {
             for warning in &config.warnings {
-                eprintln!("warning: {}: {warning}", config.source);
+                say_err!("warning: {}: {warning}", config.source);
             }
             if strict && !config.warnings.is_empty() {
                 let count = config.warnings.len();
                 let noun = if count == 1 { "warning" } else { "warnings" };
-                eprintln!(
+                say_err!(
                     "error: {}: {count} {noun}, and --strict makes them errors",
                     config.source
                 );
                 return Ok(ExitCode::FAILURE);
             }
-            println!(
+            say!(
                 "{}: OK ({} routes, {} upstreams)",
                 config.source,
                 config.routes.len(),
@@ -30,7 +30,7 @@ pub(super) fn check(config: Option<PathBuf>, strict: bool) -> anyhow::Result<Exi
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            eprintln!("{error}");
+            say_err!("{error}");
             Ok(ExitCode::FAILURE)
         }
     }

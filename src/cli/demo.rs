@@ -26,23 +26,23 @@ pub(super) async fn demo(
     let config = crate::config::parse_str(&text, "built-in demo config")?;
     let gateway = crate::Gateway::bind(config).await?;
     let url = format!("http://{}", gateway.local_addrs()[0]);
-    println!("ratelimit-proxy demo: {url} -> echo upstream at http://{upstream}");
-    println!("  limits: 10 per 10 s per x-api-key (or per IP without one), 3 per minute on /login");
-    println!(
+    say!("ratelimit-proxy demo: {url} -> echo upstream at http://{upstream}");
+    say!("  limits: 10 per 10 s per x-api-key (or per IP without one), 3 per minute on /login");
+    say!(
         "  try: curl -i {url}/hello                      # see X-RateLimit-* and RateLimit headers"
     );
-    println!(
+    say!(
         "       for i in $(seq 12); do curl -s -o /dev/null -w '%{{http_code}} ' {url}/hello; done"
     );
-    println!(
+    say!(
         "       oha -z 10s -c 50 -H 'x-api-key: load' {url}/hello   # mostly 429: one key, 10 per 10 s"
     );
     if let Some(admin) = admin {
-        println!(
+        say!(
             "  admin: curl http://{admin}/metrics   (also /healthz /readyz /config /debug/limited)"
         );
     }
-    println!("  stop with Ctrl-C");
+    say!("  stop with Ctrl-C");
     log_exit(gateway.serve(shutdown_signal()).await?);
     Ok(ExitCode::SUCCESS)
 }
@@ -52,7 +52,7 @@ pub(super) async fn echo(listen: SocketAddr) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    println!("echo upstream on http://{}", listener.local_addr()?);
+    say!("echo upstream on http://{}", listener.local_addr()?);
     crate::cli::echo::serve(listener, shutdown_signal()).await;
     Ok(ExitCode::SUCCESS)
 }

@@ -110,7 +110,7 @@ pub(super) fn health(
             let config = match crate::config::load(&path) {
                 Ok(config) => config,
                 Err(error) => {
-                    eprintln!("{error}");
+                    say_err!("{error}");
                     return Ok(ExitCode::FAILURE);
                 }
             };
@@ -124,11 +124,11 @@ pub(super) fn health(
     // The error names its cause itself: printed whole, not as anyhow's chain.
     match probe(addr, timeout) {
         Ok(()) => {
-            println!("ok: GET /healthz at {addr} answered 200");
+            say!("ok: GET /healthz at {addr} answered 200");
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            eprintln!("error: {error}");
+            say_err!("error: {error}");
             Ok(ExitCode::FAILURE)
         }
     }

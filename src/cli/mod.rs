@@ -2,6 +2,22 @@
 //! change), check one, run the demo, ask a running gateway's health. `main.rs` only calls
 //! `main` here. The only place that uses `anyhow`: every other error is typed.
 
+/// `println!` and `eprintln!` without their panic: a stdout or stderr that cannot be written
+/// (a full disk, a closed pipe) loses the line instead of stopping the process.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+macro_rules! say_err {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod check;
 mod demo;
 pub(crate) mod echo;
@@ -75,7 +91,8 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            logging::flush_at_exit(); // the lines logged before it, first
+            say_err!("error: {error:#}");
             ExitCode::FAILURE
         }
     }

@@ -13,7 +13,7 @@ pub(super) async fn serve(config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let config = match crate::config::load(&path) {
         Ok(config) => config,
         Err(error) => {
-            eprintln!("{error}");
+            say_err!("{error}");
             return Ok(ExitCode::FAILURE);
         }
     };
@@ -41,6 +41,7 @@ pub(super) fn log_exit(drain: crate::Drain) {
         cut = drain.cut,
         "exited"
     );
+    super::logging::flush_at_exit();
 }
 
 /// How often the config file and the files it names are checked for changes.

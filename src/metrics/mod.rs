@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 mod exposition;
 mod labels;
+mod logs;
 mod process;
 mod syncs;
 #[cfg(test)]
@@ -183,6 +184,7 @@ impl Metrics {
             timeouts,
         );
         process::register(&mut metrics.registry);
+        logs::register(&mut metrics.registry);
         metrics
     }
 

@@ -1,7 +1,8 @@
 //! What the rest of the gateway runs on: injected time, the current worker's index, per-thread
-//! spare buffers, and a future polled only when its own waker fires. Imports nothing else.
+//! spare buffers, a future polled only when its own waker fires, and the log lines' queue. Imports nothing else.
 
 pub(crate) mod clock;
+pub(crate) mod log_queue;
 pub(crate) mod only_when_woken;
 pub(crate) mod spare;
 pub mod worker;

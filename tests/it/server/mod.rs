@@ -4,5 +4,6 @@ mod client_ip_edge;
 mod connections;
 mod http1;
 mod http1_bodies;
+mod logging;
 mod shutdown;
 mod tls;
