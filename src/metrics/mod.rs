@@ -8,7 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 mod exposition;
 mod labels;
-mod logs;
+mod plumbing;
 mod process;
 mod syncs;
 #[cfg(test)]
@@ -184,7 +184,7 @@ impl Metrics {
             timeouts,
         );
         process::register(&mut metrics.registry);
-        logs::register(&mut metrics.registry);
+        plumbing::register(&mut metrics.registry);
         metrics
     }
 

@@ -2,6 +2,7 @@
 //! bodies. A bodiless idempotent request whose connection was refused is retried once on
 //! another server; a 101 answer turns the two connections into a byte tunnel.
 
+use crate::rt::shortage::{Shortage, Site};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 use std::time::Instant;
@@ -176,6 +177,16 @@ fn send(
                     })
                 }
                 Err(SendError::Connect(source)) => {
+                    // The gateway's own shortage says nothing of the server: no ejection.
+                    if let Some(resource) = Shortage::behind(source.as_ref()) {
+                        resource.count(Site::UpstreamConnect);
+                        return Err(GatewayError::LocalShortage {
+                            upstream: upstream(),
+                            server: label(),
+                            resource,
+                            source,
+                        });
+                    }
                     pool.eject(server);
                     if let Some(tls) = tls_error(source.as_ref()) {
                         Err(GatewayError::UpstreamTls {

@@ -48,6 +48,17 @@ pub(crate) enum GatewayError {
         #[source]
         source: crate::upstream::connections::BoxError,
     },
+    #[error(
+        "upstream {upstream:?} server {server}: no connection made, the gateway is out of {}",
+        resource.label().replace('_', " ")
+    )]
+    LocalShortage {
+        upstream: String,
+        server: String,
+        resource: crate::rt::shortage::Shortage,
+        #[source]
+        source: crate::upstream::connections::BoxError,
+    },
     #[error("upstream {upstream:?} server {server} did not accept a connection within {after:?}")]
     UpstreamConnectTimeout {
         upstream: String,
@@ -90,7 +101,9 @@ impl GatewayError {
             GatewayError::RequestBodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             GatewayError::NoRoute { .. } => StatusCode::NOT_FOUND,
             GatewayError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            GatewayError::NoHealthyServer { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            GatewayError::NoHealthyServer { .. } | GatewayError::LocalShortage { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             GatewayError::UpstreamConnect { .. }
             | GatewayError::UpstreamTls { .. }
             | GatewayError::UpstreamFailed { .. } => StatusCode::BAD_GATEWAY,
@@ -104,7 +117,9 @@ impl GatewayError {
     pub(crate) fn is_connect_failure(&self) -> bool {
         matches!(
             self,
-            GatewayError::UpstreamConnect { .. } | GatewayError::UpstreamConnectTimeout { .. }
+            GatewayError::UpstreamConnect { .. }
+                | GatewayError::UpstreamConnectTimeout { .. }
+                | GatewayError::LocalShortage { .. }
         )
     }
 
@@ -121,6 +136,10 @@ impl GatewayError {
             GatewayError::NoHealthyServer { .. } => {
                 "no upstream server is available; try again later".into()
             }
+            GatewayError::LocalShortage { resource, .. } => format!(
+                "the gateway is out of {} for now; try again later",
+                resource.label().replace('_', " ")
+            ),
             GatewayError::UpstreamConnect { .. } | GatewayError::UpstreamFailed { .. } => {
                 "the upstream server refused the connection or did not answer properly".into()
             }

@@ -3,7 +3,9 @@
 
 use tokio_rustls::server::TlsStream;
 
+use super::accept_errors::AcceptErrors;
 use super::*;
+use crate::rt::shortage::Site;
 
 pub(super) struct AcceptLoop {
     pub(super) socket: TcpListener,
@@ -16,6 +18,7 @@ impl AcceptLoop {
     /// kernel's backlog instead of costing memory here.
     pub(super) async fn run(self) {
         let stop = &self.serving.stop;
+        let mut errors = AcceptErrors::new(Site::Accept);
         loop {
             let slot = tokio::select! {
                 _ = stop.cancelled() => return,
@@ -47,7 +50,7 @@ impl AcceptLoop {
                         )),
                     };
                 }
-                Err(error) => accept_failed(error).await,
+                Err(error) => errors.failed(error).await,
             }
         }
     }
@@ -127,10 +130,4 @@ async fn handshake(
 fn handshake_failed(tls: &TlsEntry, peer: SocketAddr, reason: &str) {
     let failures = tls.handshake_failures.fetch_add(1, Ordering::Relaxed) + 1;
     tracing::debug!(%peer, reason, failures, "TLS handshake failed");
-}
-
-/// Out of file descriptors or memory: wait a moment instead of spinning.
-async fn accept_failed(error: std::io::Error) {
-    tracing::warn!(%error, "accept failed");
-    tokio::time::sleep(Duration::from_millis(50)).await;
 }

@@ -24,6 +24,7 @@ mod limits;
 
 use super::reload::Generation;
 use crate::metrics::{Exposition, LabelText, Metrics, NodeLabel, UpstreamServerLabels};
+use crate::rt::shortage::Site;
 use crate::runtime::Runtime;
 
 #[derive(Clone)]
@@ -49,13 +50,14 @@ pub(super) async fn serve(
     header_read_timeout: Duration,
     stop: CancellationToken,
 ) {
+    let mut errors = super::accept_errors::AcceptErrors::new(Site::AdminAccept);
     loop {
         let stream = tokio::select! {
             _ = stop.cancelled() => return,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(error) => {
-                    tracing::warn!(%error, "admin accept failed");
+                    errors.failed(error).await;
                     continue;
                 }
             },

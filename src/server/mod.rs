@@ -9,6 +9,7 @@
 //! admin listener and the background work (health checks, reloads).
 
 mod accept;
+mod accept_errors;
 mod admin;
 mod announce;
 mod connection;

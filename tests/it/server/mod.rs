@@ -2,6 +2,7 @@ mod access_log;
 mod client_deadlines;
 mod client_ip_edge;
 mod connections;
+mod descriptors;
 mod http1;
 mod http1_bodies;
 mod logging;

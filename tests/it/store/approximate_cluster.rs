@@ -278,6 +278,13 @@ async fn a_slot_moved_under_load_sends_the_next_syncs_to_its_new_master() {
     })
     .await;
     assert!(synced, "the identity never reached its master");
+    // And the gateway has synced since, holding a lease that the load starts from.
+    let after_first = metric_sum(&gateway, "rlp_limit_syncs_total{result=\"ok\"}").await;
+    let synced_again = eventually_async(Duration::from_secs(5), async || {
+        metric_sum(&gateway, "rlp_limit_syncs_total{result=\"ok\"}").await >= after_first + 2
+    })
+    .await;
+    assert!(synced_again, "no sync after the first");
     let source = (0..3).find(|&m| !holding(m).is_empty()).unwrap();
     let target = (source + 1) % 3;
     let key = holding(source)[0].clone();
