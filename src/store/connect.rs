@@ -2,15 +2,17 @@
 //! session (ACL user, password, database) and TLS. The TLS roots are read once per store; a
 //! cluster's nodes, found by asking the cluster, share the session of its seed URLs.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{ConnectionAddr, IntoConnectionInfo};
-use rustls::pki_types::ServerName;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
 
-use super::error::StoreError;
+use super::error::{ConnectionError, StoreError};
 use super::pipe;
-use super::redis_config::{RedisConfig, describe_url_error};
+use super::redis_config::RedisConfig;
 
 /// What every connection of a store shares.
 #[derive(Clone)]
@@ -39,7 +41,7 @@ pub(super) fn session(
 ) -> Result<(Session, Address), StoreError> {
     let info = url
         .into_connection_info()
-        .map_err(|e| StoreError::Connection(describe_url_error(&e)))?;
+        .map_err(|e| ConnectionError::BadUrl(Arc::new(e)))?;
     let (host, port, tls) = match info.addr() {
         ConnectionAddr::Tcp(host, port) => (host.clone(), *port, None),
         ConnectionAddr::TcpTls {
@@ -50,9 +52,7 @@ pub(super) fn session(
         } => (host.clone(), *port, Some(tls_client(config, *insecure)?)),
         // Unix sockets: the config takes only redis:// and rediss:// URLs.
         _ => {
-            return Err(StoreError::Connection(
-                "only TCP addresses are supported".into(),
-            ));
+            return Err(ConnectionError::NotTcp.into());
         }
     };
     let settings = info.redis_settings();
@@ -74,9 +74,8 @@ impl Session {
         let tls = match &self.tls {
             None => None,
             Some(config) => {
-                let name = ServerName::try_from(host.to_string()).map_err(|_| {
-                    StoreError::Connection(format!("{host} cannot be a TLS server name"))
-                })?;
+                let name = ServerName::try_from(host.to_string())
+                    .map_err(|_| ConnectionError::TlsName { host: host.into() })?;
                 Some(pipe::Tls {
                     config: config.clone(),
                     name,
@@ -103,9 +102,8 @@ fn tls_client(
     config: &RedisConfig,
     insecure: bool,
 ) -> Result<Arc<rustls::ClientConfig>, StoreError> {
-    // `read_certs` refuses a file without certificates: empty would mean the system roots.
     let ca_certs = match &config.ca_file {
-        Some(path) => crate::tls::read_certs(path).map_err(StoreError::Connection)?,
+        Some(path) => read_roots(path)?,
         None => Vec::new(),
     };
     if insecure {
@@ -116,7 +114,25 @@ fn tls_client(
         sni: None,
         insecure_skip_verify: insecure,
     };
-    let client = crate::tls::upstream::client_config(&settings)
-        .map_err(|e| StoreError::Connection(format!("TLS settings: {e}")))?;
+    let client =
+        crate::tls::upstream::client_config(&settings).map_err(ConnectionError::TlsSettings)?;
     Ok(Arc::new(client))
+}
+
+/// Every certificate in the PEM file `path`, as `crate::tls::read_certs` reads them, with
+/// the PEM error kept as the cause. A file without certificates is refused: empty roots
+/// would mean the system's.
+fn read_roots(path: &Path) -> Result<Vec<CertificateDer<'static>>, ConnectionError> {
+    let unreadable = |e| ConnectionError::CaFile {
+        path: path.into(),
+        source: Arc::new(e),
+    };
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(unreadable)?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(unreadable)?;
+    if certs.is_empty() {
+        return Err(ConnectionError::NoCaCertificate { path: path.into() });
+    }
+    Ok(certs)
 }

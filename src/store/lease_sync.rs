@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::Script;
 
+use super::error::ProtocolError;
 use super::pipe::{self, Reply};
 use super::redis::{RedisStore, StoreError};
 use super::script::push_identity_key;
@@ -209,13 +210,19 @@ impl RedisStore {
 
 pub(super) fn parse_reply(reply: Reply, entries: usize) -> Result<SyncReply, StoreError> {
     let Reply::Bulk(bytes) = reply else {
-        return Err(StoreError::Protocol(format!("unexpected reply {reply:?}")));
+        return Err(ProtocolError::Unexpected {
+            expected: "a bulk string",
+            got: reply.kind(),
+        }
+        .into());
     };
     if bytes.len() != 16 + 32 * entries {
-        return Err(StoreError::Protocol(format!(
-            "{} bytes for {entries} lease entries",
-            bytes.len()
-        )));
+        return Err(ProtocolError::Length {
+            bytes: bytes.len(),
+            items: entries,
+            of: "lease entries",
+        }
+        .into());
     }
     let numbers: Vec<u64> = bytes
         .chunks_exact(8)
@@ -225,7 +232,7 @@ pub(super) fn parse_reply(reply: Reply, entries: usize) -> Result<SyncReply, Sto
             let number = f64::from_le_bytes(double);
             (number >= 0.0 && number < super::redis::EXACT_LIMIT as f64)
                 .then_some(number as u64)
-                .ok_or_else(|| StoreError::Protocol(format!("{number} is not a count")))
+                .ok_or(StoreError::Protocol(ProtocolError::NotACount(number)))
         })
         .collect::<Result<_, _>>()?;
     let grants = numbers[2..]

@@ -31,7 +31,9 @@ use commands::{bulk, hget_on_pipe, load_script, tier_of};
 mod commands;
 mod inspect;
 
-pub(crate) use super::redis_config::{RedisConfig, describe_url_error};
+pub(crate) use super::error::describe_url_error;
+pub(crate) use super::redis_config::RedisConfig;
+use crate::store::error::ConnectionError;
 pub(crate) use crate::store::error::StoreError;
 
 pub(crate) use super::script::EXACT_LIMIT;
@@ -313,8 +315,7 @@ fn backend(config: &RedisConfig, workers: usize) -> Result<Backend, StoreError> 
         first_session.get_or_insert(session);
         seeds.push(address);
     }
-    let session = first_session
-        .ok_or_else(|| StoreError::Connection("a cluster needs at least one seed URL".into()))?;
+    let session = first_session.ok_or(ConnectionError::NoSeed)?;
     let cluster = Cluster::new(
         seeds,
         session,

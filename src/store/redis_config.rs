@@ -1,4 +1,4 @@
-//! `[store]` as the Redis backends use it, and what a URL that cannot be used is told as.
+//! `[store]` as the Redis backends use it.
 
 use std::time::Duration;
 
@@ -40,16 +40,4 @@ impl RedisConfig {
     pub fn longest_wait(&self) -> Duration {
         (self.timeout.saturating_mul(LONGEST_WAIT_TIMEOUTS)).max(LONGEST_WAIT_AT_LEAST)
     }
-}
-
-/// The parse error without the URL itself, which may hold a password.
-pub(crate) fn describe_url_error(error: &redis::RedisError) -> String {
-    let detail = error.detail().unwrap_or_default();
-    let detail = if detail.contains('@') { "" } else { detail };
-    format!(
-        "expected redis://[user:password@]host[:port][/db] or rediss://… ({}{}{})",
-        error.category(),
-        if detail.is_empty() { "" } else { ": " },
-        detail
-    )
 }

@@ -4,6 +4,8 @@
 
 use std::ops::Range;
 
+use super::error::ProtocolError;
+
 /// How deep arrays may nest in a reply (`CLUSTER SLOTS` nests three deep).
 const MOST_NESTING: usize = 8;
 /// The longest bulk reply taken: the gateway's replies are a few KiB at most (32 bytes a
@@ -23,11 +25,15 @@ pub(crate) enum Frame {
 }
 
 /// The first whole reply in `buffer` and its length; None while it is incomplete.
-pub(crate) fn parse(buffer: &[u8]) -> Result<Option<(Frame, usize)>, String> {
+pub(crate) fn parse(buffer: &[u8]) -> Result<Option<(Frame, usize)>, ProtocolError> {
     parse_at(buffer, 0, 0)
 }
 
-fn parse_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Frame, usize)>, String> {
+fn parse_at(
+    buffer: &[u8],
+    at: usize,
+    depth: usize,
+) -> Result<Option<(Frame, usize)>, ProtocolError> {
     let Some(&kind) = buffer.get(at) else {
         return Ok(None);
     };
@@ -39,7 +45,7 @@ fn parse_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Frame, usi
         return Ok(None);
     };
     if line_end < at + 2 || buffer[line_end - 1] != b'\r' {
-        return Err("a reply line without CRLF".into());
+        return Err(ProtocolError::NoCrlf);
     }
     let line = at + 1..line_end - 1;
     let next = line_end + 1;
@@ -53,21 +59,21 @@ fn parse_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Frame, usi
                 let length = usize::try_from(length)
                     .ok()
                     .filter(|&l| l <= LONGEST_BULK)
-                    .ok_or_else(|| format!("a bulk string of {length} bytes"))?;
+                    .ok_or(ProtocolError::BulkLength(length))?;
                 let end = next + length;
                 if buffer.len() < end + 2 {
                     return Ok(None);
                 }
                 if &buffer[end..end + 2] != b"\r\n" {
-                    return Err("a bulk string longer than it said".into());
+                    return Err(ProtocolError::BulkTooLong);
                 }
                 (Frame::Bulk(next..end), end + 2)
             }
         },
         b'*' => match integer(&buffer[line])? {
             -1 => (Frame::Nil, next),
-            count if count < 0 => return Err(format!("an array of {count} items")),
-            _ if depth >= MOST_NESTING => return Err("arrays nested too deep".into()),
+            count if count < 0 => return Err(ProtocolError::ArrayLength(count)),
+            _ if depth >= MOST_NESTING => return Err(ProtocolError::TooDeep),
             count => {
                 let mut end = next;
                 for _ in 0..count {
@@ -79,7 +85,7 @@ fn parse_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Frame, usi
                 (Frame::Array, end)
             }
         },
-        other => return Err(format!("a reply of unknown type {:?}", other as char)),
+        other => return Err(ProtocolError::UnknownType(other as char)),
     };
     Ok(Some(frame))
 }
@@ -96,15 +102,19 @@ pub(crate) enum Value {
 }
 
 /// The one whole reply `frame` holds (as `parse` delimited it).
-pub(crate) fn tree(frame: &[u8]) -> Result<Value, String> {
+pub(crate) fn tree(frame: &[u8]) -> Result<Value, ProtocolError> {
     match value_at(frame, 0, 0)? {
         Some((value, end)) if end == frame.len() => Ok(value),
-        Some(_) => Err("bytes after the reply".into()),
-        None => Err("a reply cut short".into()),
+        Some(_) => Err(ProtocolError::BytesAfter),
+        None => Err(ProtocolError::CutShort),
     }
 }
 
-fn value_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Value, usize)>, String> {
+fn value_at(
+    buffer: &[u8],
+    at: usize,
+    depth: usize,
+) -> Result<Option<(Value, usize)>, ProtocolError> {
     let Some((frame, end)) = parse_at(buffer, at, depth)? else {
         return Ok(None);
     };
@@ -132,11 +142,11 @@ fn value_at(buffer: &[u8], at: usize, depth: usize) -> Result<Option<(Value, usi
     Ok(Some((value, end)))
 }
 
-fn integer(text: &[u8]) -> Result<i64, String> {
+fn integer(text: &[u8]) -> Result<i64, ProtocolError> {
     std::str::from_utf8(text)
         .ok()
         .and_then(|text| text.parse().ok())
-        .ok_or_else(|| format!("{:?} is not an integer", String::from_utf8_lossy(text)))
+        .ok_or_else(|| ProtocolError::NotAnInteger(String::from_utf8_lossy(text).into()))
 }
 
 #[cfg(test)]
@@ -264,7 +274,10 @@ mod tests {
             (nested.as_bytes(), "nested too deep"),
         ] {
             let error = parse(reply).expect_err(&String::from_utf8_lossy(reply));
-            assert!(error.contains(expected), "{error} for {reply:?}");
+            assert!(
+                error.to_string().contains(expected),
+                "{error} for {reply:?}"
+            );
         }
     }
 }

@@ -8,7 +8,7 @@ use std::hash::BuildHasher;
 
 use hashbrown::HashTable;
 
-use super::error::StoreError;
+use super::error::{ProtocolError, StoreError};
 use super::pipe;
 use super::slot;
 use crate::limit::window::{Small, WindowRequest};
@@ -332,16 +332,18 @@ fn algorithm_code(algorithm: Algorithm) -> u8 {
 /// truncated toward zero (as Redis truncates a Lua number it returns as an integer).
 pub(super) fn parse_reply(reply: &[u8], windows: usize) -> Result<Small<WindowCheck>, StoreError> {
     if reply.len() != windows * 4 * 8 {
-        return Err(StoreError::Protocol(format!(
-            "{} bytes for {windows} windows",
-            reply.len()
-        )));
+        return Err(ProtocolError::Length {
+            bytes: reply.len(),
+            items: windows,
+            of: "windows",
+        }
+        .into());
     }
     let count = |bytes: &[u8]| {
         let mut double = [0; 8];
         double.copy_from_slice(bytes);
         let number = f64::from_le_bytes(double);
-        whole_count(number).ok_or_else(|| StoreError::Protocol(format!("{number} is not a count")))
+        whole_count(number).ok_or(StoreError::Protocol(ProtocolError::NotACount(number)))
     };
     reply
         .chunks_exact(4 * 8)

@@ -29,7 +29,7 @@ pub use crate::request::route::RouteLimits;
 pub use crate::rt::clock::{Clock, ManualClock, SystemClock};
 pub use crate::rt::worker;
 pub use crate::server::watch_files;
-pub use crate::store::error::StoreError;
+pub use crate::store::error::{ConnectionError, ErrorReply, ProtocolError, StoreError};
 pub use crate::store::lease_sync::{SyncEntry, SyncReply};
 pub use crate::store::memory::MemoryStore;
 pub use crate::store::node::NodePipe;

@@ -17,7 +17,7 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::Notify;
 
 use super::connect::{Address, Session};
-use super::error::StoreError;
+use super::error::{ErrorReply, ProtocolError, RedirectionKind, StoreError};
 use super::node::{Node, NodePipe};
 use super::pipe::{Command, Reply};
 use super::script::ScriptCall;
@@ -129,9 +129,11 @@ impl Cluster {
                 }
             }
         }
-        Err(StoreError::Protocol(format!(
-            "more than {MOST_REDIRECTIONS} redirections for slot {slot}"
-        )))
+        Err(ProtocolError::TooManyRedirections {
+            most: MOST_REDIRECTIONS,
+            slot,
+        }
+        .into())
     }
 
     /// The node at `host:port`, made on first use.
@@ -175,23 +177,29 @@ fn classify(reply: Result<Reply, StoreError>, node: &Node) -> Result<Answer, Sto
         Err(StoreError::Server(error)) => error,
         Err(other) => return Err(other),
     };
-    let mut words = error.split_ascii_whitespace();
-    let redirect = match words.next() {
-        Some("MOVED") => Answer::Moved,
-        Some("ASK") => Answer::Ask,
-        Some("TRYAGAIN") => return Ok(Answer::TryAgain),
-        _ => return Err(StoreError::Server(error)),
-    };
-    let target = words.nth(1).and_then(split_address);
-    match target {
-        // An empty host: the node that answered.
-        Some((host, port)) if host.is_empty() => match split_address(node.address()) {
-            Some((own, _)) => Ok(redirect(own, port)),
-            None => Err(StoreError::Protocol(format!("cannot follow {error:?}"))),
-        },
-        Some((host, port)) => Ok(redirect(host, port)),
-        None => Err(StoreError::Protocol(format!("cannot follow {error:?}"))),
+    if error.is_tryagain() {
+        return Ok(Answer::TryAgain);
     }
+    if !error.is_redirection() {
+        return Err(StoreError::Server(error));
+    }
+    let cannot_follow =
+        |error: &ErrorReply| -> StoreError { ProtocolError::BadRedirection(error.clone()).into() };
+    let Some(to) = error.redirection() else {
+        return Err(cannot_follow(&error));
+    };
+    let host = match to.host {
+        // An empty host: the node that answered.
+        "" => match split_address(node.address()) {
+            Some((own, _)) => own,
+            None => return Err(cannot_follow(&error)),
+        },
+        host => host.to_string(),
+    };
+    Ok(match to.kind {
+        RedirectionKind::Moved => Answer::Moved(host, to.port),
+        RedirectionKind::Ask => Answer::Ask(host, to.port),
+    })
 }
 
 /// `host:port` (`[v6]:port` too) into its parts.
@@ -222,7 +230,7 @@ mod tests {
             1,
             Duration::from_secs(1),
         );
-        let error = |text: &str| Err(StoreError::Server(text.into()));
+        let error = |text: &str| Err(StoreError::Server(ErrorReply::new(text)));
         assert!(matches!(
             classify(error("MOVED 3999 127.0.0.1:6381"), &node),
             Ok(Answer::Moved(host, 6381)) if host == "127.0.0.1"

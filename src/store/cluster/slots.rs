@@ -1,6 +1,6 @@
 //! What `CLUSTER SLOTS` says, and which slot a key is in.
 
-use crate::store::error::StoreError;
+use crate::store::error::{ProtocolError, StoreError};
 use crate::store::resp::{self, Value};
 
 pub(super) use crate::store::slot::SLOTS;
@@ -17,8 +17,8 @@ pub(super) struct SlotRange {
 /// `CLUSTER SLOTS`: `[[start, end, [host, port, id, ...], replica...], ...]`. A node whose
 /// host is empty is the one asked (`asked`); one whose endpoint is unknown (`?`) is skipped.
 pub(super) fn parse_slots(frame: &[u8], asked: &str) -> Result<Vec<SlotRange>, StoreError> {
-    let bad = |what: &str| StoreError::Protocol(format!("CLUSTER SLOTS: {what}"));
-    let Value::Array(entries) = resp::tree(frame).map_err(|e| bad(&e))? else {
+    let bad = |what| StoreError::Protocol(ProtocolError::BadSlots { what });
+    let Value::Array(entries) = resp::tree(frame)? else {
         return Err(bad("not an array"));
     };
     let mut ranges = Vec::new();
@@ -33,7 +33,10 @@ pub(super) fn parse_slots(frame: &[u8], asked: &str) -> Result<Vec<SlotRange>, S
         };
         let (start, end) = match (usize::try_from(*start), usize::try_from(*end)) {
             (Ok(start), Ok(end)) if start <= end && end < SLOTS => (start, end),
-            _ => return Err(bad(&format!("slots {start}..{end}"))),
+            _ => {
+                let (start, end) = (*start, *end);
+                return Err(ProtocolError::BadSlotRange { start, end }.into());
+            }
         };
         let mut nodes = items[2..].iter().map(|node| endpoint(node, asked));
         let Some(master) = nodes.next().transpose()? else {
@@ -53,7 +56,10 @@ pub(super) fn parse_slots(frame: &[u8], asked: &str) -> Result<Vec<SlotRange>, S
 
 /// A node of `CLUSTER SLOTS`: None when its endpoint is unknown.
 fn endpoint(node: &Value, asked: &str) -> Result<Option<(String, u16)>, StoreError> {
-    let bad = || StoreError::Protocol(format!("CLUSTER SLOTS: a node {node:?}"));
+    let bad = || {
+        let what = "a node that is not [host, port, ...]";
+        StoreError::Protocol(ProtocolError::BadSlots { what })
+    };
     let Value::Array(fields) = node else {
         return Err(bad());
     };

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::slots::{SLOTS, SlotRange, parse_slots};
 use super::{Cluster, split_address};
 use crate::store::connect::Address;
-use crate::store::error::StoreError;
+use crate::store::error::{ConnectionError, ErrorReply, ProtocolError, StoreError};
 use crate::store::node::Node;
 use crate::store::pipe::{Command, Reply};
 
@@ -73,9 +73,10 @@ impl Cluster {
         match view.slots[usize::from(slot)] {
             NO_MASTER => {
                 self.request_refresh();
-                Err(StoreError::Server(format!(
+                // As Redis would answer a call for it.
+                Err(StoreError::Server(ErrorReply::new(format!(
                     "CLUSTERDOWN slot {slot} is not served by any master"
-                )))
+                ))))
             }
             index => Ok(view.masters[usize::from(index)].clone()),
         }
@@ -103,10 +104,7 @@ impl Cluster {
                 return Err(unknown_view(&error));
             }
             if tokio::time::timeout_at(give_up, notified).await.is_err() {
-                return Err(StoreError::Connection(format!(
-                    "the cluster's slots are still unknown after {:?}",
-                    self.first_view_wait
-                )));
+                return Err(ConnectionError::SlotsStillUnknown(self.first_view_wait).into());
             }
         }
     }
@@ -145,7 +143,7 @@ impl Cluster {
     /// Asks the known nodes, healthy masters first and seeds last, for `CLUSTER SLOTS`, and
     /// installs the first answer.
     async fn read_view(&self) -> Result<(), StoreError> {
-        let mut last_error = StoreError::Connection("no node to ask for the slots".into());
+        let mut last_error = StoreError::Connection(ConnectionError::NoNodeToAsk);
         for (host, port) in self.candidates() {
             let node = self.node(&host, port)?;
             let wait = self.longest_call;
@@ -154,14 +152,19 @@ impl Cluster {
             };
             let ranges = match node.pipe().call(wait, slots).await {
                 Ok(Reply::Array(frame)) => parse_slots(&frame, &host),
-                Ok(other) => Err(StoreError::Protocol(format!(
-                    "CLUSTER SLOTS answered {other:?}"
-                ))),
+                Ok(other) => Err(ProtocolError::Unexpected {
+                    expected: "CLUSTER SLOTS' array",
+                    got: other.kind(),
+                }
+                .into()),
                 Err(error) => Err(error),
             };
             match ranges {
                 Ok(ranges) if !ranges.is_empty() => return self.install(&ranges),
-                Ok(_) => last_error = StoreError::Server(format!("{host}:{port} serves no slots")),
+                Ok(_) => {
+                    let address = format!("{host}:{port}").into();
+                    last_error = ProtocolError::ServesNoSlots { address }.into();
+                }
                 Err(error) => last_error = error,
             }
         }
@@ -230,5 +233,5 @@ impl Cluster {
 }
 
 fn unknown_view(error: &StoreError) -> StoreError {
-    StoreError::Connection(format!("the cluster's slots are unknown: {error}"))
+    ConnectionError::SlotsUnknown(Box::new(error.clone())).into()
 }

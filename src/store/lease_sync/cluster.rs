@@ -16,6 +16,7 @@ use futures_util::future::join_all;
 use super::{Mode, SyncCall, SyncEntry, SyncReply, instances_key, parse_reply};
 use crate::rt::clock::Nanos;
 use crate::store::cluster::{Cluster, slot_of};
+use crate::store::error::ConnectionError;
 use crate::store::node::Node;
 use crate::store::pipe::{self, Reply};
 use crate::store::redis::{RedisStore, StoreError};
@@ -44,9 +45,7 @@ impl RedisStore {
         shared_by: u64,
         now: Option<Nanos>,
     ) -> Result<Vec<NodeSync>, StoreError> {
-        let cluster = self
-            .cluster()
-            .ok_or_else(|| StoreError::Connection("not a cluster".into()))?;
+        let cluster = self.cluster().ok_or(ConnectionError::NotACluster)?;
         let view = cluster.first_view().await?;
         let prefix = &self.config().key_prefix;
         let holder = view.master_of(slot_of(&instances_key(prefix)));
@@ -100,7 +99,7 @@ async fn call_node(
 ) -> Result<Reply, StoreError> {
     let write = call.writer();
     let result = match answered(node, wait, &write).await {
-        Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
+        Err(error) if error.is_noscript() => {
             let text = call.text();
             let load = |out: &mut Vec<u8>| {
                 pipe::Command::new(out, 3)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Command, Merge, Reply, STALLED_FOR, Shared};
-use crate::store::error::StoreError;
+use crate::store::error::{ProtocolError, StoreError};
 
 pub(super) struct State<M> {
     /// Commands the driver has not taken yet.
@@ -122,7 +122,7 @@ impl<M: Merge> State<M> {
     /// The next reply from Redis arrived.
     pub(super) fn answer(&mut self, result: Result<Reply, StoreError>) -> Result<(), StoreError> {
         let Some(call) = self.call(self.unanswered) else {
-            return Err(StoreError::Protocol("a reply to no command".into()));
+            return Err(ProtocolError::ReplyToNoCommand.into());
         };
         match call.piece {
             Piece::Whole => {
@@ -148,14 +148,15 @@ impl<M: Merge> State<M> {
                         break;
                     }
                 }
-                _ => return Err(StoreError::Protocol("a reply to no command".into())),
+                _ => return Err(ProtocolError::ReplyToNoCommand.into()),
             }
         }
         let result = match result {
-            Ok(Reply::Bulk(reply)) if reply.len() != bytes => Err(StoreError::Protocol(format!(
-                "a reply of {} bytes to calls of {bytes}",
-                reply.len()
-            ))),
+            Ok(Reply::Bulk(reply)) if reply.len() != bytes => Err(ProtocolError::MergedLength {
+                got: reply.len(),
+                expected: bytes,
+            }
+            .into()),
             result => result,
         };
         let mut start = 0;
@@ -264,7 +265,7 @@ impl<M: Merge> Future for Pending<'_, M> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut state = self.shared.lock();
         let Some(call) = state.call(self.id) else {
-            return Poll::Ready(Err(StoreError::Protocol("call lost".into())));
+            return Poll::Ready(Err(ProtocolError::CallLost.into()));
         };
         match std::mem::replace(&mut call.state, CallState::Finished) {
             CallState::Done(result) => {
@@ -281,7 +282,7 @@ impl<M: Merge> Future for Pending<'_, M> {
                 call.state = CallState::Waiting(Some(waker));
                 Poll::Pending
             }
-            CallState::Finished => Poll::Ready(Err(StoreError::Protocol("call lost".into()))),
+            CallState::Finished => Poll::Ready(Err(ProtocolError::CallLost.into())),
         }
     }
 }

@@ -16,7 +16,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::{Command, Merge, READ_CHUNK, Reply, STALLED_FOR, Settings, Shared};
 use crate::http1::stream::Stream;
-use crate::store::error::StoreError;
+use crate::store::error::{ConnectionError, ErrorReply, StoreError};
 use crate::store::resp::{Frame, parse};
 
 /// The driver: one task per open connection, ending with it.
@@ -59,7 +59,7 @@ impl<M: Merge> Connection<M> {
         {
             let mut state = self.shared.lock();
             if state.closed {
-                return Err(StoreError::Connection("the store was replaced".into()));
+                return Err(ConnectionError::Replaced.into());
             }
             if !state
                 .driver
@@ -114,7 +114,7 @@ impl<M: Merge> Connection<M> {
                 }
             }
             match Pin::new(&mut *stream).poll_write(cx, &self.writing[self.written..]) {
-                Poll::Ready(Ok(0)) => return Err(lost("redis stopped taking commands")),
+                Poll::Ready(Ok(0)) => return Err(ConnectionError::WriteZero.into()),
                 Poll::Ready(Ok(n)) => self.written += n,
                 Poll::Ready(Err(error)) => return Err(lost(error)),
                 Poll::Pending => return Ok(()),
@@ -131,7 +131,7 @@ impl<M: Merge> Connection<M> {
                 self.read.reserve(READ_CHUNK);
             }
             match tokio_util::io::poll_read_buf(Pin::new(&mut *stream), cx, &mut self.read) {
-                Poll::Ready(Ok(0)) => return Err(lost("redis closed the connection")),
+                Poll::Ready(Ok(0)) => return Err(ConnectionError::Closed.into()),
                 Poll::Ready(Ok(_)) => deliver(&self.shared, &mut self.read)?,
                 Poll::Ready(Err(error)) => return Err(lost(error)),
                 Poll::Pending => return Ok(()),
@@ -144,14 +144,14 @@ impl<M: Merge> Connection<M> {
 fn deliver<M: Merge>(shared: &Shared<M>, read: &mut BytesMut) -> Result<(), StoreError> {
     let mut state = shared.lock();
     state.progress_at = Some(Instant::now());
-    while let Some((frame, length)) = parse(read).map_err(StoreError::Protocol)? {
+    while let Some((frame, length)) = parse(read)? {
         let result = match frame {
             Frame::Bulk(range) => Ok(Reply::Bulk(read.split_to(length).freeze().slice(range))),
             Frame::Status(range) => Ok(Reply::Status(read.split_to(length).freeze().slice(range))),
             Frame::Error(range) => {
-                let text = String::from_utf8_lossy(&read[range]).into_owned();
+                let reply = ErrorReply::new(String::from_utf8_lossy(&read[range]));
                 read.advance(length);
-                Err(StoreError::Server(text))
+                Err(StoreError::Server(reply))
             }
             Frame::Integer(n) => {
                 read.advance(length);
@@ -163,14 +163,12 @@ fn deliver<M: Merge>(shared: &Shared<M>, read: &mut BytesMut) -> Result<(), Stor
             }
             Frame::Array => Ok(Reply::Array(read.split_to(length).freeze())),
         };
-        let replica = matches!(&result, Err(StoreError::Server(e)) if e.starts_with("READONLY"));
+        let replica = matches!(&result, Err(StoreError::Server(e)) if e.is_readonly());
         state.answer(result)?;
         if replica {
             // The node was demoted in a failover; connecting again (the name resolved anew)
             // finds the new primary.
-            return Err(StoreError::Connection(
-                "redis answered READONLY: a replica now; connecting again".into(),
-            ));
+            return Err(ConnectionError::Replica.into());
         }
     }
     Ok(())
@@ -192,9 +190,10 @@ impl<M: Merge> Connection<M> {
             let earliest = state.expire(now, timeout);
             let stalled_at = state.stalled_at(timeout);
             if stalled_at.is_some_and(|at| at <= now) {
-                return Err(StoreError::Connection(format!(
-                    "no reply from redis for {STALLED_FOR:?} past a call's time; connecting again"
-                )));
+                return Err(ConnectionError::Stalled {
+                    stalled_for: STALLED_FOR,
+                }
+                .into());
             }
             // Armed for a stall alone, the timer does not cover a new call's deadline.
             state.timer_armed = earliest.is_some();
@@ -235,24 +234,27 @@ impl<M: Merge> Drop for Connection<M> {
     /// the next call start a driver.
     fn drop(&mut self) {
         if !self.stopped {
-            let error = StoreError::Connection("the connection's event loop stopped".into());
+            let error = ConnectionError::EventLoopStopped.into();
             self.shared.lock().stop(error);
         }
     }
 }
 
-fn lost(error: impl std::fmt::Display) -> StoreError {
-    StoreError::Connection(error.to_string())
+fn lost(error: std::io::Error) -> StoreError {
+    ConnectionError::io(error).into()
 }
 
 /// Connects and opens the session: AUTH and SELECT as the URL asks, within the connect
 /// timeout.
 async fn open(settings: Settings) -> Result<Stream, StoreError> {
-    let address = format!("{}:{}", settings.host, settings.port);
+    let address: Arc<str> = format!("{}:{}", settings.host, settings.port).into();
     let opening = async {
         let tcp = TcpStream::connect((settings.host.as_str(), settings.port))
             .await
-            .map_err(|e| StoreError::Connection(format!("cannot connect to {address}: {e}")))?;
+            .map_err(|e| ConnectionError::Connect {
+                address: address.clone(),
+                source: Arc::new(e),
+            })?;
         tcp.set_nodelay(true).map_err(lost)?;
         let mut stream = match &settings.tls {
             None => Stream::Plain(tcp),
@@ -260,7 +262,10 @@ async fn open(settings: Settings) -> Result<Stream, StoreError> {
                 let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
                 let io = TokioIo::new(TokioIo::new(tcp));
                 let tls = connector.connect(tls.name.clone(), io).await.map_err(|e| {
-                    StoreError::Connection(format!("TLS with {address} failed: {e}"))
+                    ConnectionError::Tls {
+                        address: address.clone(),
+                        source: Arc::new(e),
+                    }
                 })?;
                 Stream::Tls(Box::new(tls))
             }
@@ -270,10 +275,11 @@ async fn open(settings: Settings) -> Result<Stream, StoreError> {
     };
     match tokio::time::timeout(settings.connect_timeout, opening).await {
         Ok(result) => result,
-        Err(_) => Err(StoreError::Connection(format!(
-            "cannot connect to {address} within {:?}",
-            settings.connect_timeout
-        ))),
+        Err(_) => Err(ConnectionError::ConnectTimeout {
+            address,
+            within: settings.connect_timeout,
+        }
+        .into()),
     }
 }
 
@@ -307,15 +313,15 @@ async fn handshake(
     let mut steps = steps.into_iter();
     let mut step = steps.next();
     while let Some(command) = step {
-        let Some((frame, length)) = parse(&read).map_err(StoreError::Protocol)? else {
+        let Some((frame, length)) = parse(&read)? else {
             if stream.read_buf(&mut read).await.map_err(lost)? == 0 {
-                return Err(lost(format!("redis closed the connection at {command}")));
+                return Err(ConnectionError::ClosedAt { command }.into());
             }
             continue;
         };
         if let Frame::Error(range) = frame {
-            let text = String::from_utf8_lossy(&read[range]);
-            return Err(StoreError::Connection(format!("{command} refused: {text}")));
+            let reply = ErrorReply::new(String::from_utf8_lossy(&read[range]));
+            return Err(ConnectionError::Refused { command, reply }.into());
         }
         read.advance(length);
         step = steps.next();

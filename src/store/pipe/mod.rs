@@ -20,7 +20,7 @@ use bytes::Bytes;
 use rustls::pki_types::ServerName;
 use tokio::time::Instant;
 
-use super::error::StoreError;
+use super::error::{ConnectionError, ReplyKind, StoreError};
 use calls::{Call, CallState, Pending, Piece, State};
 use driver::Connection;
 
@@ -85,6 +85,19 @@ pub enum Reply {
     Bulk(Bytes),
     /// An array (e.g. `CLUSTER SLOTS`), as its whole frame: see `resp::tree`.
     Array(Bytes),
+}
+
+impl Reply {
+    /// What kind of reply it is, for an error saying it was not the one expected.
+    pub fn kind(&self) -> ReplyKind {
+        match self {
+            Reply::Nil => ReplyKind::Nil,
+            Reply::Status(_) => ReplyKind::Status,
+            Reply::Integer(_) => ReplyKind::Integer,
+            Reply::Bulk(_) => ReplyKind::Bulk,
+            Reply::Array(_) => ReplyKind::Array,
+        }
+    }
 }
 
 /// One command being written: RESP's array of bulk strings, its length given up front.
@@ -228,7 +241,7 @@ impl<M: Merge> Pipe<M> {
         let mut loads_seen = 0;
         let first = self.queue_merged(wait, call, asking, &mut loads_seen)?;
         match self.wait(first).await {
-            Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
+            Err(error) if error.is_noscript() => {
                 self.load_script_unless_sent_since(wait, loads_seen)?;
                 let retry = self.queue_merged(wait, call, asking, &mut loads_seen)?;
                 self.wait(retry).await
@@ -306,18 +319,18 @@ impl<M: Merge> Pipe<M> {
     ) -> Result<u64, StoreError> {
         let mut state = self.shared.lock();
         if state.calls.len() + unheeded >= MOST_WAITING {
-            return Err(StoreError::Connection(format!(
-                "{MOST_WAITING} calls already waiting for redis"
-            )));
+            return Err(ConnectionError::TooManyWaiting {
+                waiting: MOST_WAITING,
+            }
+            .into());
         }
         // The driver starts on the caller's event loop; off one, the call fails, not panics.
-        let runtime =
-            match state.driver_running {
-                true => None,
-                false => Some(tokio::runtime::Handle::try_current().map_err(|_| {
-                    StoreError::Connection("called outside a tokio event loop".into())
-                })?),
-            };
+        let runtime = match state.driver_running {
+            true => None,
+            false => Some(
+                tokio::runtime::Handle::try_current().map_err(|_| ConnectionError::NoEventLoop)?,
+            ),
+        };
         let nothing_queued = state.queued.is_empty() && state.merged == 0;
         write(&mut state);
         let queued_at = Instant::now();

@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::StoreError;
+use crate::store::error::ProtocolError;
 use crate::store::node::NodePipe;
 use crate::store::pipe::{self, Reply};
 use crate::store::script::SCRIPT;
@@ -24,14 +25,14 @@ pub(super) async fn load_script(
     };
     match pipe.call(wait, load).await? {
         Reply::Bulk(loaded) if loaded.as_ref() == sha.as_bytes() => Ok(()),
-        other => Err(unexpected(&other)),
+        other => Err(unexpected(&other, "the script's SHA1")),
     }
 }
 
 pub(super) fn bulk(reply: Reply) -> Result<Bytes, StoreError> {
     match reply {
         Reply::Bulk(numbers) => Ok(numbers),
-        other => Err(unexpected(&other)),
+        other => Err(unexpected(&other, "a bulk string")),
     }
 }
 
@@ -40,8 +41,8 @@ pub(super) fn tier_of(reply: Reply) -> Result<Option<String>, StoreError> {
         Reply::Nil => Ok(None),
         Reply::Bulk(value) => String::from_utf8(value.to_vec())
             .map(Some)
-            .map_err(|_| StoreError::Protocol("a tier that is not UTF-8".into())),
-        other => Err(unexpected(&other)),
+            .map_err(|_| ProtocolError::NotUtf8 { what: "a tier" }.into()),
+        other => Err(unexpected(&other, "a tier or nil")),
     }
 }
 
@@ -60,6 +61,10 @@ pub(super) async fn hget_on_pipe(
     pipe.call(wait, hget).await
 }
 
-fn unexpected(reply: &Reply) -> StoreError {
-    StoreError::Protocol(format!("unexpected reply {reply:?}"))
+fn unexpected(reply: &Reply, expected: &'static str) -> StoreError {
+    ProtocolError::Unexpected {
+        expected,
+        got: reply.kind(),
+    }
+    .into()
 }

@@ -68,7 +68,7 @@ impl RedisStore {
     ) -> Result<pipe::Reply, StoreError> {
         let Backend::Node(node) = &self.backend else {
             return match self.command(key, write).await {
-                Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
+                Err(error) if error.is_noscript() => {
                     self.command(key, load).await?;
                     self.command(key, write).await
                 }
@@ -79,7 +79,7 @@ impl RedisStore {
         let pipe = node.pipe();
         let call = async {
             match pipe.call(wait, write).await {
-                Err(StoreError::Server(error)) if error.starts_with("NOSCRIPT") => {
+                Err(error) if error.is_noscript() => {
                     pipe.call(wait, load).await?;
                     pipe.call(wait, write).await
                 }

@@ -4,6 +4,7 @@
 //! a tree of the same kind and contents; a bulk string over `LONGEST_BULK` is refused as soon
 //! as its length line is there, before any of it is buffered.
 
+use crate::store::error::ProtocolError;
 use crate::store::{Frame, LONGEST_BULK, ReplyValue as Value, parse_reply, reply_tree};
 
 /// A reply as the driver hands it to its call: its kind and bytes.
@@ -30,7 +31,7 @@ pub fn resp_reply(bytes: &[u8]) {
 
 /// The replies in `wire` arriving in pieces of `pieces` sizes in turn, and the error that
 /// ended the reading, if any.
-fn read(wire: &[u8], pieces: &[usize]) -> (Vec<Reply>, Option<String>) {
+fn read(wire: &[u8], pieces: &[usize]) -> (Vec<Reply>, Option<ProtocolError>) {
     let mut replies = Vec::new();
     let mut buf = Vec::new();
     let mut sizes = pieces.iter().cycle();
