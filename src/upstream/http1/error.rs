@@ -3,7 +3,7 @@
 
 use std::io;
 
-use super::MAX_HEAD_BYTES;
+use super::{MAX_HEAD_BYTES, MAX_INTERIM};
 use crate::http1::framing::FramingError;
 use crate::http1::response_head::ResponseHeadError;
 
@@ -28,6 +28,8 @@ pub(crate) enum ExchangeError {
     ReadTimedOut(std::time::Duration),
     #[error("no more of the client's request body within body_read_timeout ({0:?})")]
     ClientBodyTimedOut(std::time::Duration),
+    #[error("more than {MAX_INTERIM} interim (1xx) responses to one request")]
+    TooManyInterim,
     #[error("101 Switching Protocols to a protocol the request did not offer")]
     UnexpectedUpgrade,
     #[error("reading the client's request body failed: {0}")]

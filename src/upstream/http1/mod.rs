@@ -67,6 +67,9 @@ pub(crate) mod for_fuzzing {
 
 /// Longest response head (status line and fields), and longest trailer section, accepted.
 const MAX_HEAD_BYTES: usize = 64 * 1024;
+/// The most interim (1xx) answers one request may get before its final one: far more than
+/// any real server sends (a 100 Continue, a few 103 Early Hints).
+pub(crate) const MAX_INTERIM: usize = 100;
 /// First read size of a connection; doubles while reads fill it, up to `MAX_READ`.
 const FIRST_READ: usize = 8 * 1024;
 const MAX_READ: usize = 256 * 1024;
@@ -108,6 +111,8 @@ pub(crate) struct Connection {
     /// upstream may take the rest of the request for another one, so the connection is not
     /// reused (an early answer; docs/operations.md, "Timeouts").
     answered_during_upload: bool,
+    /// Interim (1xx) answers to the request in flight.
+    interim: usize,
     /// The request carried a body. An upstream that ignores bodies on some path (a "CL.0"
     /// server) takes such a body for a request of its own, whose answer then arrives on the
     /// idle connection or, if it is slow, as the answer to the next client's request.
@@ -136,6 +141,7 @@ impl Connection {
     pub(crate) fn new(stream: Stream, limits: ExchangeDeadlines) -> Connection {
         Connection {
             answered_during_upload: false,
+            interim: 0,
             sent_body: false,
             body_maybe_unread: false,
             read_wait: None,
@@ -199,7 +205,7 @@ impl Connection {
     }
 
     /// Sends the request and reads the response head, which must come by `deadline`; 1xx
-    /// answers other than 101 are skipped.
+    /// answers other than 101 are skipped, at most `MAX_INTERIM` of them.
     pub(crate) async fn exchange(
         &mut self,
         head: &UpstreamHead,
@@ -209,6 +215,7 @@ impl Connection {
     ) -> Result<ResponseHead, ExchangeError> {
         self.deadline = deadline;
         self.answered_during_upload = false;
+        self.interim = 0;
         self.body_maybe_unread = false;
         self.read_wait = None;
         self.upload_wait = None;
@@ -235,6 +242,15 @@ impl Connection {
                 }
                 if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
                     // An interim answer does not begin the response; what follows it might.
+                    // A flood of them is a broken or hostile upstream: it ends at the cap,
+                    // and they never move the response deadline.
+                    self.interim += 1;
+                    if self.interim > MAX_INTERIM {
+                        return Poll::Ready(Err(ExchangeError::TooManyInterim));
+                    }
+                    if Instant::now() >= self.deadline {
+                        return Poll::Ready(Err(ExchangeError::TimedOut));
+                    }
                     self.answered_during_upload &= !self.read_buf.is_empty();
                     continue;
                 }

@@ -242,6 +242,48 @@ async fn interim_answers_are_skipped_and_the_final_one_forwarded() {
     assert_answer(&response, &body, StatusCode::CREATED, "done", "");
 }
 
+/// 100 interim answers are the most one request may get: at 101 the exchange ends in a 502
+/// at once, whatever the response timeout, and is not sent again.
+#[tokio::test]
+async fn a_flood_of_interim_answers_is_a_502_at_the_cap_not_at_the_timeout() {
+    let hints = |count: usize| "HTTP/1.1 103 Early Hints\r\nlink: </a.css>\r\n\r\n".repeat(count);
+    let final_answer = "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+    let at_cap = ScriptedUpstream::start(move |_| {
+        Answer::Send(bytes(&format!("{}{final_answer}", hints(100))))
+    })
+    .await;
+    let gateway = gateway_for(&at_cap).await;
+    let (response, body) = get(&gateway.url("/")).await;
+    assert_answer(
+        &response,
+        &body,
+        StatusCode::OK,
+        "ok",
+        "100 interim answers",
+    );
+
+    let flood = ScriptedUpstream::start(move |_| {
+        let mut answer = hints(100_000);
+        answer.push_str(final_answer);
+        Answer::Send(bytes(&answer))
+    })
+    .await;
+    let routes = one_route_config(
+        std::slice::from_ref(&flood.url),
+        "response_timeout = \"5s\"",
+    );
+    let gateway = TestGateway::start(&format!("workers = 1\n{routes}")).await;
+    let started = std::time::Instant::now();
+    let (response, _) = get(&gateway.url("/")).await;
+    assert_eq!(response.status(), StatusCode::BAD_GATEWAY);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(flood.received().len(), 1, "sent again");
+}
+
 #[tokio::test]
 async fn transfer_encoding_wins_over_content_length_which_the_client_does_not_see() {
     let upstream = ScriptedUpstream::start(|_| {
