@@ -49,6 +49,8 @@ pub(crate) struct Runtime {
     pub upstream_metrics: Vec<UpstreamMetrics>,
     pub limit_counters: Vec<LimitCounters>,
     pub store_latency: Histogram,
+    /// The gateway's open tunnels, kept across reloads (see `ClientDeadlines::tunnels`).
+    pub tunnels: tokio_util::task::TaskTracker,
 }
 
 impl Runtime {
@@ -84,7 +86,9 @@ impl Runtime {
         metrics: Arc<Metrics>,
         previous: Option<&Runtime>,
     ) -> Result<Runtime, rustls::Error> {
-        let client_deadlines = ClientDeadlines::new(&config.server, metrics.timeouts.clone());
+        let tunnels = previous.map(|p| p.tunnels.clone()).unwrap_or_default();
+        let client_deadlines =
+            ClientDeadlines::new(&config.server, metrics.timeouts.clone(), tunnels.clone());
         let upstreams: Result<Vec<_>, _> = config
             .upstreams
             .iter()
@@ -139,6 +143,7 @@ impl Runtime {
                 .collect(),
             store_latency,
             metrics,
+            tunnels,
         })
     }
 

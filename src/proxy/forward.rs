@@ -236,7 +236,8 @@ fn client_response(
         && let Some(upstream) = response.body_mut().take_upgraded()
     {
         let deadlines = pool.client_deadlines.clone();
-        tokio::spawn(tunnel(client, upstream, deadlines));
+        let tunnels = deadlines.tunnels.clone();
+        tunnels.spawn(tunnel(client, upstream, deadlines));
     }
     response.map(ResponseBody::upstream)
 }

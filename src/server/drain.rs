@@ -15,7 +15,8 @@ use super::Workers;
 pub struct Drain {
     /// From the shutdown signal to the end of serving.
     pub took: Duration,
-    /// Connections closed unfinished when `shutdown_grace` ran out; 0 when every one finished.
+    /// Connections and tunnels closed unfinished when `shutdown_grace` ran out; 0 when every
+    /// one finished.
     pub cut: usize,
 }
 
@@ -30,11 +31,11 @@ impl Drain {
     }
 }
 
-/// Waits for the accept loops to end, then for `connections` within `grace`, and stops the
-/// workers; `started` is when the shutdown signal came.
+/// Waits for the accept loops to end, then for `connections` and the `tunnels` they opened
+/// within `grace`, and stops the workers; `started` is when the shutdown signal came.
 pub(super) async fn drain(
     accepting: Vec<JoinHandle<()>>,
-    connections: TaskTracker,
+    (connections, tunnels): (TaskTracker, TaskTracker),
     grace: Duration,
     workers: Workers,
     started: Instant,
@@ -44,13 +45,18 @@ pub(super) async fn drain(
     }
     connections.close();
     let mut cut = 0;
-    if tokio::time::timeout(grace, connections.wait())
-        .await
-        .is_err()
-    {
-        cut = connections.len();
+    let finished = async {
+        connections.wait().await;
+        // No connection is left to open another tunnel.
+        tunnels.close();
+        tunnels.wait().await;
+    };
+    if tokio::time::timeout(grace, finished).await.is_err() {
+        cut = connections.len() + tunnels.len();
         tracing::warn!(
             open = cut,
+            connections = connections.len(),
+            tunnels = tunnels.len(),
             "shutdown_grace over; closing remaining connections"
         );
     }

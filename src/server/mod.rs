@@ -203,17 +203,6 @@ impl Gateway {
                 .collect(),
             admin: self.admin_addr(),
         };
-        if let Some(listener) = self.admin {
-            let state = AdminState {
-                runtime: self.runtime.clone(),
-                generation: self.generation.clone(),
-                metrics: self.runtime.load().metrics.clone(),
-                ready: Arc::default(),
-                draining: draining.clone(),
-            };
-            let deadline = self.config.server.header_read_timeout;
-            tokio::spawn(admin::serve(listener, state, deadline, admin_stop));
-        }
         let serving = Serving {
             runtime: self.runtime.clone(),
             settings: Arc::new(connection_settings(
@@ -226,6 +215,18 @@ impl Gateway {
         };
         let workers = Workers::start(&self.listeners, &serving, self.config.server.workers)?;
         let accepting = serving.accept_on_this_thread(self.listeners)?;
+        // Only now: `/readyz` must not say 200 before the data listeners accept.
+        if let Some(listener) = self.admin {
+            let state = AdminState {
+                runtime: self.runtime.clone(),
+                generation: self.generation.clone(),
+                metrics: self.runtime.load().metrics.clone(),
+                ready: Arc::default(),
+                draining: draining.clone(),
+            };
+            let deadline = self.config.server.header_read_timeout;
+            tokio::spawn(admin::serve(listener, state, deadline, admin_stop));
+        }
         listening.log(&self.config);
         shutdown.await;
         let started = Instant::now();
@@ -237,7 +238,9 @@ impl Gateway {
         );
         stop.cancel();
         let connections = serving.connections;
-        Ok(drain::drain(accepting, connections, grace, workers, started).await)
+        let tunnels = self.runtime.load().tunnels.clone();
+        let open = (connections, tunnels);
+        Ok(drain::drain(accepting, open, grace, workers, started).await)
     }
 }
 

@@ -42,15 +42,24 @@ pub(crate) struct ClientDeadlines {
     pub tunnel_idle: Duration,
     pub tunnel_send: Duration,
     pub counters: TimeoutCounters,
+    /// The open tunnels (upgraded connections), which outlive the connection task that made
+    /// them: the drain waits for them too and counts those it cuts. One for every runtime of
+    /// a gateway, across reloads.
+    pub tunnels: tokio_util::task::TaskTracker,
 }
 
 impl ClientDeadlines {
-    pub(crate) fn new(server: &ServerConfig, counters: TimeoutCounters) -> ClientDeadlines {
+    pub(crate) fn new(
+        server: &ServerConfig,
+        counters: TimeoutCounters,
+        tunnels: tokio_util::task::TaskTracker,
+    ) -> ClientDeadlines {
         ClientDeadlines {
             body_read: server.body_read_timeout,
             tunnel_idle: server.tunnel_idle_timeout,
             tunnel_send: server.tunnel_send_timeout,
             counters,
+            tunnels,
         }
     }
 }

@@ -247,3 +247,26 @@ async fn a_slow_upload_outlasts_header_read_timeout_while_its_answer_streams() {
         0.0
     );
 }
+
+/// A tunnel outlives the connection task that opened it: the drain waits for it within
+/// `shutdown_grace`, and when it is cut, the exit counts it.
+#[tokio::test]
+async fn a_tunnel_open_at_shutdown_is_waited_for_and_counted_when_cut() {
+    let upstream = switching_upstream(false).await;
+    let gateway = gateway_for(&upstream, "shutdown_grace = \"300ms\"").await;
+    let _stream = open_tunnel(&gateway).await;
+    let started = Instant::now();
+    let drain = gateway.stop().await.unwrap().unwrap();
+    assert_eq!(drain.cut, 1, "{drain:?}");
+    assert_eq!(drain.ended(), "shutdown_grace over");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    // Closed by its client before the grace is over, it is not cut.
+    let upstream = switching_upstream(false).await;
+    let gateway = gateway_for(&upstream, "shutdown_grace = \"10s\"").await;
+    let stream = open_tunnel(&gateway).await;
+    let stopping = gateway.stop();
+    drop(stream);
+    let drain = stopping.await.unwrap().unwrap();
+    assert_eq!(drain.cut, 0, "{drain:?}");
+}
