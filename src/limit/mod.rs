@@ -8,6 +8,7 @@ pub(crate) mod heavy_hitters;
 pub(crate) mod key;
 pub(crate) mod lease;
 pub(crate) mod rules;
+pub(crate) mod settle;
 pub(crate) mod sliding_log;
 pub(crate) mod sliding_window;
 pub(crate) mod token_bucket;
