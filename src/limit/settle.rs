@@ -141,9 +141,10 @@ fn gcra(cell: Cell, now: Nanos, rate: &Rate, reserved: &Reserved, adjustment: Ad
     let tat = cell[0].max(now);
     match adjustment {
         Adjustment::Debt(units) => [tat.saturating_add(interval.saturating_mul(units)), 0],
-        Adjustment::Refund(units) if bucket_holds(now, reserved) => {
-            [tat.saturating_sub(interval.saturating_mul(units)).max(now), 0]
-        }
+        Adjustment::Refund(units) if bucket_holds(now, reserved) => [
+            tat.saturating_sub(interval.saturating_mul(units)).max(now),
+            0,
+        ],
         Adjustment::Refund(_) => cell,
     }
 }
@@ -161,7 +162,9 @@ fn fixed_window(
     let count = if cell[0] == index + 1 { cell[1] } else { 0 };
     match adjustment {
         Adjustment::Debt(units) => [index + 1, count.saturating_add(units).min(FIXED_COUNT_MAX)],
-        Adjustment::Refund(units) if reserved.window(per) == Some(index) && cell[0] == index + 1 => {
+        Adjustment::Refund(units)
+            if reserved.window(per) == Some(index) && cell[0] == index + 1 =>
+        {
             [index + 1, count.saturating_sub(units)]
         }
         Adjustment::Refund(_) => cell,
@@ -214,7 +217,8 @@ pub(crate) fn settle_log(
     }
     match adjustment {
         Adjustment::Debt(units) => {
-            let room = (rate.limit.saturating_mul(LOG_DEBT_LIMITS)).saturating_sub(log.len() as u64);
+            let room =
+                (rate.limit.saturating_mul(LOG_DEBT_LIMITS)).saturating_sub(log.len() as u64);
             log.extend(std::iter::repeat_n(now, units.min(room) as usize));
         }
         Adjustment::Refund(units) => {
