@@ -132,6 +132,7 @@ fn limits_decision(c: &mut Criterion) {
         exempt_lists: Vec::new(),
         on_error: OnError::Allow,
         consistency: Default::default(),
+        charge: None,
     };
     let rules = vec![
         rule(

@@ -80,6 +80,10 @@ fn limit(
             on_error(t, &format!("{path}.on_error"), problems)
         }),
         consistency: consistency(raw, algorithm, path, problems),
+        charge: raw
+            .charge
+            .as_ref()
+            .and_then(|c| super::charge::charge(c, &format!("{path}.charge"), problems)),
     }
 }
 
@@ -307,14 +311,23 @@ pub(super) fn route_limits(
     }
     for &index in &indices {
         let rule = &limits[index];
+        // A limit's own `charge.reserve` takes the place of the route's cost.
+        let reserve = rule.charge.as_ref().and_then(|c| c.reserve);
+        let (units, what) = match reserve {
+            Some(reserve) => (
+                reserve,
+                format!("charge.reserve {reserve} of limit {:?}", &*rule.name),
+            ),
+            None => (cost, format!("cost {cost}")),
+        };
         if let Some(window) = rule
             .all_windows()
-            .find(|w| cost > capacity(rule.algorithm, &w.rate))
+            .find(|w| units > capacity(rule.algorithm, &w.rate))
         {
             problems.push(
                 format!("{path}.cost"),
                 format!(
-                    "cost {cost} exceeds window {:?} of limit {:?}; such requests could never pass",
+                    "{what} exceeds window {:?} of limit {:?}; such requests could never pass",
                     &*window.policy.name, &*rule.name
                 ),
             );

@@ -3,6 +3,7 @@
 //! `Config` or into every problem it found, each with its key path. Nothing downstream
 //! re-validates.
 
+mod charge;
 mod checks;
 mod defaults;
 mod document;

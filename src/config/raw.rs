@@ -123,6 +123,18 @@ pub(super) struct RawLimit {
     pub sync_interval: Option<String>,
     /// Tier name → array of rates, or "unlimited"; interpreted in `limits`.
     pub tiers: Option<toml::Table>,
+    pub charge: Option<RawCharge>,
+}
+
+/// `charge = { reserve, settle, statuses, refund }` of a limit; interpreted in `charge`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCharge {
+    pub reserve: Option<i64>,
+    /// A string, or an array of `json:` strings.
+    pub settle: Option<toml::Value>,
+    pub statuses: Option<Vec<toml::Value>>,
+    pub refund: Option<Vec<toml::Value>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

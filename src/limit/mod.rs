@@ -2,6 +2,7 @@
 //! each takes the stored state of one window, `now`, the rate and the cost, and returns a
 //! decision and the new state. Stores own the state and the locking.
 
+pub(crate) mod charge;
 pub(crate) mod fixed_window;
 pub(crate) mod gcra;
 pub(crate) mod heavy_hitters;

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use super::charge::Charge;
 use super::key::{KeyPart, Missing};
 use super::{Algorithm, Policy, Rate};
 use crate::request::ip_set::IpSet;
@@ -81,6 +82,8 @@ pub struct LimitRule {
     pub exempt_lists: Vec<(String, Arc<IpSet>)>,
     pub on_error: OnError,
     pub consistency: Consistency,
+    /// Reserved at admission and settled by the answer; None: the route's cost, kept.
+    pub charge: Option<Charge>,
 }
 
 impl LimitRule {
