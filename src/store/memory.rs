@@ -13,6 +13,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use hashbrown::HashTable;
 
+use crate::limit::settle::{Adjustment, Reserved, settle_cell, settle_log};
 use crate::limit::sliding_log::{self, Log};
 use crate::limit::window::{Small, WindowRequest, groups_to_commit};
 use crate::limit::{Algorithm, Cell, WindowCheck, check_cell};
@@ -79,6 +80,27 @@ impl MemoryStore {
             }
         }
         checks
+    }
+
+    /// Settles a reservation of the windows `requests` (made as `reserved` says) by
+    /// `adjustment`, each window under its shard's lock. An identity with no entry of its own
+    /// was counted in an overflow cell: a debt goes there too (stricter); a refund does not,
+    /// as the reservation may have been counted elsewhere since.
+    pub fn settle(
+        &self,
+        requests: &[WindowRequest],
+        reserved: &[Reserved],
+        adjustment: Adjustment,
+        now: Nanos,
+    ) {
+        for (request, reserved) in requests.iter().zip(reserved) {
+            let mut shard = lock(&self.shards[shard_of(request)]);
+            let (key, cell) = shard.resolve(split(request.identity), now, self.shard_capacity);
+            if key != split(request.identity) && matches!(adjustment, Adjustment::Refund(_)) {
+                continue;
+            }
+            shard.settle(key, cell, request, reserved, adjustment, now);
+        }
     }
 
     /// Where each window stands at `now`, changing nothing: the check a request of the
@@ -249,6 +271,49 @@ impl Shard {
                     },
                     |e| e.key[1],
                 );
+            }
+        }
+    }
+
+    fn settle(
+        &mut self,
+        key: [u64; 2],
+        cell: Option<Cell>,
+        request: &WindowRequest,
+        reserved: &Reserved,
+        adjustment: Adjustment,
+        now: Nanos,
+    ) {
+        let rate = &request.rate;
+        if request.algorithm == Algorithm::SlidingLog {
+            let (log, expires_at) = self.logs.entry(key).or_default();
+            settle_log(log, now, rate, reserved, adjustment);
+            let newest = log.back().copied().unwrap_or(now).max(now);
+            *expires_at = (*expires_at).max(newest.saturating_add(rate.per_ns()));
+            return;
+        }
+        let cell = cell.or_else(|| self.live_cell(key, now)).unwrap_or([0, 0]);
+        let settled = settle_cell(request.algorithm, cell, now, rate, reserved, adjustment);
+        if settled == cell {
+            return;
+        }
+        // Live until the settled state is whole again, as a commit is.
+        let reset = match check_cell(request.algorithm, settled, now, rate, 0, request.max_delay) {
+            WindowCheck::Allow { reset, .. } | WindowCheck::Deny { reset, .. } => reset,
+        };
+        let expires_at = now.saturating_add(u64::try_from(reset.as_nanos()).unwrap_or(u64::MAX));
+        match self.cells.find_mut(key[1], |e| e.key == key) {
+            Some(entry) => {
+                entry.cell = settled;
+                entry.expires_at = expires_at;
+            }
+            None => {
+                let entry = Entry {
+                    key,
+                    cell: settled,
+                    expires_at,
+                };
+                self.cells.insert_unique(key[1], entry, |e| e.key[1]);
             }
         }
     }

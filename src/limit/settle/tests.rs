@@ -67,7 +67,9 @@ impl Window {
             return;
         };
         match self.algorithm {
-            Algorithm::SlidingLog => settle_log(&mut self.log, now, &self.rate, reserved, adjustment),
+            Algorithm::SlidingLog => {
+                settle_log(&mut self.log, now, &self.rate, reserved, adjustment)
+            }
             algorithm => {
                 self.cell = settle_cell(algorithm, self.cell, now, &self.rate, reserved, adjustment)
             }
@@ -124,8 +126,15 @@ fn a_debt_refuses_the_identity_for_exactly_as_long_as_it_takes_to_pay_back() {
             Algorithm::SlidingLog => assert_eq!(retry, Duration::from_secs(60)),
         }
         let later = START + retry.as_nanos() as u64;
-        assert_eq!(window.retry_after(later, 1), None, "{algorithm:?} passes after its retry");
-        assert!(window.retry_after(later - 1, 1).is_some(), "{algorithm:?} not before");
+        assert_eq!(
+            window.retry_after(later, 1),
+            None,
+            "{algorithm:?} passes after its retry"
+        );
+        assert!(
+            window.retry_after(later - 1, 1).is_some(),
+            "{algorithm:?} not before"
+        );
     }
 }
 
@@ -140,7 +149,10 @@ fn a_refund_gives_back_what_was_reserved_and_never_more_than_a_full_window() {
         for _ in 0..10 {
             assert!(window.reserve(START, 1).is_some(), "{algorithm:?}");
         }
-        assert!(window.retry_after(START, 1).is_some(), "{algorithm:?}: a full window, no more");
+        assert!(
+            window.retry_after(START, 1).is_some(),
+            "{algorithm:?}: a full window, no more"
+        );
     }
 }
 

@@ -220,3 +220,50 @@ fn the_windows_of_one_identity_lock_one_shard() {
     assert_eq!(store.lock_shards(&windows).guards.len(), 1);
     assert!(allowed(&store.check_all(&windows, NOW)));
 }
+
+#[test]
+fn a_settled_reservation_counts_what_it_settled_at_for_every_algorithm() {
+    use crate::limit::settle::{Adjustment, Reserved};
+    for algorithm in [
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+        Algorithm::SlidingWindow,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let store = MemoryStore::new(10_000);
+        let mut request = window(9 << 64 | 3, algorithm, 10, 3600, 0);
+        request.cost = 10;
+        let checks = store.check_all(std::slice::from_ref(&request), NOW);
+        let WindowCheck::Allow { reset, .. } = checks[0] else {
+            panic!("{algorithm:?}: the reservation passes")
+        };
+        let reserved = [Reserved::at(NOW, reset)];
+        let one = |store: &MemoryStore| {
+            let probe = WindowRequest {
+                cost: 1,
+                ..request.clone()
+            };
+            allowed(&store.check_all(std::slice::from_ref(&probe), NOW))
+        };
+        assert!(!one(&store), "{algorithm:?}: the window is full");
+        // Really cost 7: three come back.
+        store.settle(
+            std::slice::from_ref(&request),
+            &reserved,
+            Adjustment::Refund(3),
+            NOW,
+        );
+        assert_eq!((0..5).filter(|_| one(&store)).count(), 3, "{algorithm:?}");
+        // A debt of 4 more: the identity is refused, and stays refused once the entry would
+        // have expired without the debt.
+        store.settle(
+            std::slice::from_ref(&request),
+            &reserved,
+            Adjustment::Debt(4),
+            NOW,
+        );
+        assert!(!one(&store), "{algorithm:?}: in debt");
+        assert_eq!(store.entries(), 1, "{algorithm:?}");
+    }
+}
