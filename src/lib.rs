@@ -13,7 +13,8 @@
 
 // The layers, lowest first: each imports only layers before it (`tools/module_cycles.py`
 // fails on a cycle; docs/ARCHITECTURE.md has the map).
-//   rt, build_info, http1, tls      what everything runs on; the HTTP/1 codec; rustls
+//   rt, build_info, http1, usage,   what everything runs on; the HTTP/1 codec; the usage an
+//   tls                             answer's body reports; rustls
 //   request, fields                 the canonical request, client IP, routes; an answer's fields
 //   limit, store                    pure limit algorithms; where limit state lives
 //   admission, metrics, config      edge, limiter, leases, admit; metrics; the config contract
@@ -39,6 +40,7 @@ mod store;
 pub mod testing;
 mod tls;
 mod upstream;
+mod usage;
 
 use std::future::Future;
 

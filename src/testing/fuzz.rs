@@ -22,18 +22,20 @@ mod forwarded;
 pub mod request_head;
 mod resp_reply;
 mod response_head;
+mod usage_scan;
 
 pub use config::config;
 pub use forwarded::forwarded;
 pub use request_head::request_head;
 pub use resp_reply::resp_reply;
 pub use response_head::response_head;
+pub use usage_scan::usage_scan;
 
 /// A target in `fuzz/` and the function it calls.
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target in `fuzz/`.
-pub const TARGETS: [Target; 8] = [
+pub const TARGETS: [Target; 9] = [
     ("canonical_path", path),
     ("canonical_host", host),
     ("canonical_request", request),
@@ -42,6 +44,7 @@ pub const TARGETS: [Target; 8] = [
     ("resp_reply", resp_reply),
     ("forwarded_walk", forwarded),
     ("config", config),
+    ("usage_scan", usage_scan),
 ];
 
 /// One event loop for every input of a run, for the targets that drive hyper over an

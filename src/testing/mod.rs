@@ -38,3 +38,4 @@ pub use crate::store::redis::{Outcome, RedisStore};
 pub use crate::store::redis_config::RedisConfig;
 pub use crate::store::script::{SCRIPT, ScriptCall};
 pub use crate::tls::upstream::{UpstreamTls, client_config};
+pub use crate::usage::{BodyFormat, UsageError, UsageFields, UsageScanner};
