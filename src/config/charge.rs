@@ -6,7 +6,8 @@ use http::HeaderName;
 
 use super::problems::{Problems, echo};
 use super::raw::RawCharge;
-use crate::limit::charge::{BodyFields, Charge, Refund, SettleFrom, Statuses};
+use crate::limit::charge::{Charge, Refund, SettleFrom, Statuses};
+use crate::usage::UsageFields;
 
 /// The most `json:` fields one `settle` sums.
 const MOST_FIELDS: usize = 8;
@@ -117,36 +118,37 @@ fn settle(value: &toml::Value, path: &str, problems: &mut Problems) -> Option<Se
     }
 }
 
-/// The longest path a `json:` field may have, and the longest key in it.
-const MOST_SEGMENTS: usize = 8;
-const LONGEST_SEGMENT: usize = 128;
-
-/// `json:` fields: each a dotted path of object keys.
+/// `json:` fields: each a dotted path of object keys (the rules are `usage::UsageFields`').
 fn body_fields(fields: &[(String, &str)], problems: &mut Problems) -> Option<SettleFrom> {
     let mut ok = true;
+    // Each alone first, so that an error names the entry it is in.
     for (path, field) in fields {
-        let segments: Vec<&str> = field.split('.').collect();
-        let problem = if field.is_empty() || segments.iter().any(|s| s.is_empty()) {
-            Some(
-                "expected a field path of object keys joined by '.', like \"json:usage.total_tokens\"",
-            )
-        } else if segments.len() > MOST_SEGMENTS {
-            Some("expected a field path of at most 8 keys")
-        } else if segments.iter().any(|s| s.len() > LONGEST_SEGMENT) {
-            Some("expected keys of at most 128 bytes")
-        } else {
-            None
-        };
-        if let Some(problem) = problem {
-            problems.push(path.clone(), format!("{problem}, got {}", echo(field)));
+        if let Err(problem) = UsageFields::parse(&[field]) {
+            problems.push(path.clone(), format!("expected {}: {problem}", FIELD_FORM));
             ok = false;
         }
     }
-    ok.then(|| {
-        let paths = fields.iter().map(|(_, field)| Box::from(*field)).collect();
-        SettleFrom::Body(Arc::new(BodyFields { paths }))
-    })
+    if !ok {
+        return None;
+    }
+    let names: Vec<&str> = fields.iter().map(|(_, field)| *field).collect();
+    match UsageFields::parse(&names) {
+        Ok(parsed) => Some(SettleFrom::Body(Arc::new(parsed))),
+        Err(problem) => {
+            // Only a repeated path is left: name the entry that repeats it.
+            let repeated = fields
+                .iter()
+                .enumerate()
+                .find(|(i, (_, field))| names[..*i].contains(field))
+                .map_or_else(|| fields[0].0.clone(), |(_, (path, _))| path.clone());
+            problems.push(repeated, format!("expected each field once: {problem}"));
+            None
+        }
+    }
 }
+
+const FIELD_FORM: &str =
+    "a field path of at most 8 object keys joined by '.', like \"json:usage.total_tokens\"";
 
 fn statuses(entries: &[toml::Value], path: &str, problems: &mut Problems) -> Statuses {
     if entries.is_empty() {

@@ -11,6 +11,8 @@ use std::sync::Arc;
 
 use http::HeaderName;
 
+use crate::usage::UsageFields;
+
 /// How a limit is charged when it has a `charge`; a limit without one reserves the route's
 /// cost and never settles.
 #[derive(Debug, Clone)]
@@ -29,13 +31,7 @@ pub enum SettleFrom {
     /// A response header holding a non-negative integer.
     Header(HeaderName),
     /// Fields of a JSON or event-stream body, summed (`json:usage.total_tokens`, ...).
-    Body(Arc<BodyFields>),
-}
-
-/// The `json:` fields of a `settle`, as configured (each a path of object keys).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BodyFields {
-    pub paths: Box<[Box<str>]>,
+    Body(Arc<UsageFields>),
 }
 
 /// HTTP statuses: single codes and classes (`401`, `"4xx"`), as inclusive ranges.
@@ -98,7 +94,7 @@ pub enum AtHead {
     /// Read the value from this header of the answer.
     Header(HeaderName),
     /// Read it from the body, at its end.
-    Body(Arc<BodyFields>),
+    Body(Arc<UsageFields>),
 }
 
 impl Charge {
