@@ -109,7 +109,10 @@ fn usage_scan(c: &mut Criterion) {
     ];
     let mut group = c.benchmark_group("usage scan, 64 KiB");
     for (name, format, body, expected) in cases {
-        assert!(body.len() <= BODY_BYTES && body.len() > BODY_BYTES - 512, "{name}");
+        assert!(
+            body.len() <= BODY_BYTES && body.len() > BODY_BYTES - 512,
+            "{name}"
+        );
         assert_eq!(scan(&total, format, &body), Ok(expected), "{name}");
         assert_eq!(scan(&summed, format, &body), Ok(expected), "{name}");
         group.throughput(Throughput::Bytes(body.len() as u64));
