@@ -19,6 +19,7 @@
 //   limit, store                    pure limit algorithms; where limit state lives
 //   admission, metrics, config      edge, limiter, leases, admit; metrics; the config contract
 //   upstream, response              the upstream client; every answer the gateway makes
+//   settle                          reservations settled by the answers
 //   runtime, proxy, server, cli     a Runtime from a Config; the pipeline; listeners; the command
 mod admission;
 mod build_info;
@@ -34,6 +35,7 @@ mod response;
 mod rt;
 mod runtime;
 mod server;
+mod settle;
 mod store;
 #[cfg(any(test, fuzzing, feature = "testing"))]
 #[doc(hidden)]

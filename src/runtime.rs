@@ -20,6 +20,7 @@ use crate::request::canonical::{self, TrailerFilter};
 use crate::request::client_ip::ClientIpPolicy;
 use crate::request::route::Router;
 use crate::rt::clock::Clock;
+use crate::settle::Settler;
 use crate::store::redis::StoreError;
 use crate::upstream::background;
 use crate::upstream::exchange::ClientDeadlines;
@@ -35,6 +36,8 @@ pub(crate) struct Runtime {
     pub client_ip: ClientIpPolicy,
     pub edge: Option<EdgeLayer>,
     pub limiter: Limiter,
+    /// Settles what the limits with a charge reserved, by the answers.
+    pub settler: Arc<Settler>,
     pub response: ResponseStyle,
     /// `[log] access`: one line per request.
     pub access_log: bool,
@@ -106,6 +109,13 @@ impl Runtime {
             config.store.hash_secret.as_deref(),
             stores,
         );
+        let settler = Settler::new(
+            &limiter.rules,
+            limiter.stores().memory.clone(),
+            clock.clone(),
+            &metrics.settles,
+            config.log.access,
+        );
         let store_latency = metrics.store_latency(limiter.backend());
         if limiter.stores().redis().is_some() {
             metrics.zero_store_errors(limiter.backend(), &StoreError::KINDS);
@@ -122,6 +132,7 @@ impl Runtime {
                 .clone()
                 .map(|policy| EdgeLayer::reusing(policy, previous_edge)),
             limiter,
+            settler: Arc::new(settler),
             response: config.response.clone(),
             access_log: config.log.access,
             denied_lines: config.log.denied,

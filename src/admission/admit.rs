@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use crate::admission::edge::EdgeDecision;
 use crate::admission::edge::EdgeLayer;
 use crate::admission::edge::EdgeVerdict;
-use crate::admission::limiter::LimitDecision;
 use crate::admission::limiter::Limiter;
+use crate::admission::limiter::{Evaluated, LimitDecision};
 use crate::admission::refusal::Refusal;
+use crate::admission::reservation::Reservation;
 use crate::admission::seen::{AdmissionRecord, LimitsSeen, StoreCall};
 use crate::limit::RateStatus;
 use crate::limit::key::RequestFacts;
@@ -35,6 +36,8 @@ pub(crate) enum Admission<'r> {
         statuses: Small<RateStatus>,
         /// Wait this long before forwarding (limits with action = "delay").
         delay: Duration,
+        /// What the limits with a charge reserved, for the answer to settle.
+        reservations: Vec<Reservation>,
     },
 }
 
@@ -110,25 +113,30 @@ impl Gate<'_> {
         // A route without limits asks no store: nothing to time or record.
         let timing = !route.limits.rules.is_empty();
         let deciding = timing.then(Instant::now);
-        let evaluated = self
+        let mut evaluated = self
             .limiter
             .evaluate(&route.limits, &facts, client.ip, now)
             .await;
         if let Some(deciding) = deciding {
             let took = deciding.elapsed();
-            let error = evaluated.store_error;
+            let error = evaluated.store_error.take();
             seen.store_call = Some(StoreCall { took, error });
         }
-        decided(evaluated.decision, slot, &mut seen.limits)
+        decided(evaluated, slot, &mut seen.limits)
     }
 }
 
 /// The admission a limit decision makes, and what the metrics count of it in `seen`.
 fn decided(
-    decision: LimitDecision,
+    evaluated: Evaluated,
     slot: Option<InFlightSlot>,
     seen: &mut LimitsSeen,
 ) -> Admission<'static> {
+    let Evaluated {
+        decision,
+        reservations,
+        ..
+    } = evaluated;
     let (refusal, limit) = match decision {
         LimitDecision::NotLimited => {
             let (statuses, delay) = (Small::new(), Duration::ZERO);
@@ -136,6 +144,7 @@ fn decided(
                 slot,
                 statuses,
                 delay,
+                reservations,
             };
         }
         LimitDecision::Allow {
@@ -154,6 +163,7 @@ fn decided(
                 slot,
                 statuses,
                 delay,
+                reservations,
             };
         }
         LimitDecision::Deny {

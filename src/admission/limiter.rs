@@ -9,14 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::admission::leases::Leases;
+use crate::admission::reservation::{self, Place, Reservation};
 use crate::admission::shared::SharedStore;
 use crate::http1::request_fields::Repeated;
-use crate::limit::RateStatus;
 use crate::limit::key::{
     Identity, IdentityBuilder, IdentityHasher, Missing, PartValue, RequestFacts, window_identity,
 };
 use crate::limit::rules::{Consistency, LimitRule, OnError, Plans, Window};
 use crate::limit::window::{Small, WindowRequest};
+use crate::limit::{RateStatus, WindowCheck};
 use crate::request::route::RouteLimits;
 use crate::rt::clock::Nanos;
 use crate::store::error::StoreError;
@@ -76,6 +77,8 @@ pub enum LimitDecision {
 pub struct Evaluated {
     pub decision: LimitDecision,
     pub store_error: Option<StoreError>,
+    /// What an allowed request reserved of the limits that settle by their answer.
+    pub(crate) reservations: Vec<Reservation>,
 }
 
 impl From<LimitDecision> for Evaluated {
@@ -83,6 +86,7 @@ impl From<LimitDecision> for Evaluated {
         Evaluated {
             decision,
             store_error: None,
+            reservations: Vec::new(),
         }
     }
 }
@@ -115,6 +119,8 @@ pub struct Limiter {
     /// a tier: the same for all of them, so it is hashed once here and cloned per request.
     untiered: Box<[IdentityBuilder]>,
     stores: Stores,
+    /// Whether any limit has a `charge`: only then are reservations kept.
+    charged: bool,
 }
 
 impl Limiter {
@@ -129,12 +135,14 @@ impl Limiter {
             .iter()
             .map(|rule| policy_identity(&hasher, rule, "", &rule.windows))
             .collect();
+        let charged = rules.iter().any(|rule| rule.charge.is_some());
         Limiter {
             rules,
             plans,
             hasher,
             untiered,
             stores,
+            charged,
         }
     }
 
@@ -192,7 +200,7 @@ impl Limiter {
                     limit_identity: identity,
                     algorithm: rule.algorithm,
                     rate: window.rate,
-                    cost: route.cost,
+                    cost: rule.reserve(route.cost),
                     max_delay: rule.max_delay,
                     group: index,
                     window: w,
@@ -207,8 +215,14 @@ impl Limiter {
         match &self.stores.shared {
             None => {
                 let checks = self.stores.memory.check_all(&requests, now);
-                self.decide(&requests, &origins, &checks, Small::new())
-                    .into()
+                let decision = self.decide(&requests, &origins, &checks, Small::new());
+                let reservations =
+                    self.reservations(&decision, &requests, &checks, |_| Place::Memory { at: now });
+                Evaluated {
+                    decision,
+                    store_error: None,
+                    reservations,
+                }
             }
             Some(shared) => {
                 if let Some(leases) = self.stores.leases.as_deref()
@@ -229,6 +243,22 @@ impl Limiter {
                 Box::pin(shared).await
             }
         }
+    }
+
+    /// What an allowed request reserved of the limits with a charge (nothing, and no work,
+    /// when no limit has one).
+    fn reservations(
+        &self,
+        decision: &LimitDecision,
+        requests: &[WindowRequest],
+        checks: &[WindowCheck],
+        place: impl Fn(usize) -> Place,
+    ) -> Vec<Reservation> {
+        if !self.charged || !matches!(decision, LimitDecision::Allow { .. }) {
+            return Vec::new();
+        }
+        let charged = |group: usize| self.rules[group].charge.is_some();
+        reservation::committed(requests, checks, charged, place)
     }
 
     /// The windows of limit `index` a request meets, and its identity under them; None when

@@ -8,5 +8,6 @@ pub(crate) mod edge;
 pub(crate) mod leases;
 pub(crate) mod limiter;
 pub(crate) mod refusal;
+pub(crate) mod reservation;
 pub(crate) mod seen;
 pub(crate) mod shared;

@@ -7,6 +7,7 @@ use super::network::IpLists;
 use super::problems::{Problems, echo};
 use super::rates::{tiers, windows};
 use super::raw::{RawLimit, RawRoute};
+use crate::limit::charge::Charge;
 use crate::limit::key::{KeyPart, Missing};
 use crate::limit::rules::{Consistency, LimitRule, OnError};
 use crate::limit::{Algorithm, Rate};
@@ -80,11 +81,23 @@ fn limit(
             on_error(t, &format!("{path}.on_error"), problems)
         }),
         consistency: consistency(raw, algorithm, path, problems),
-        charge: raw
-            .charge
-            .as_ref()
-            .and_then(|c| super::charge::charge(c, &format!("{path}.charge"), problems)),
+        charge: charge(raw, path, problems),
     }
+}
+
+/// `charge`: only on exact limits, as an approximate limit's lease is spent ahead of the
+/// store and has no reservation to settle.
+fn charge(raw: &RawLimit, path: &str, problems: &mut Problems) -> Option<Charge> {
+    let charge_path = format!("{path}.charge");
+    let charge = super::charge::charge(raw.charge.as_ref()?, &charge_path, problems)?;
+    if raw.consistency.as_deref() == Some("approximate") {
+        problems.push(
+            charge_path,
+            "a limit with a charge must be consistency = \"exact\" (an approximate limit's \
+             leases are spent ahead of the store and are not settled)",
+        );
+    }
+    Some(charge)
 }
 
 /// The longest `sync_interval`: an instance that has not synced for three of them falls back

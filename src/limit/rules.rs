@@ -87,6 +87,15 @@ pub struct LimitRule {
 }
 
 impl LimitRule {
+    /// The units a request reserves in each window: the charge's `reserve`, else the route's
+    /// `cost`.
+    pub fn reserve(&self, route_cost: u64) -> u64 {
+        self.charge
+            .as_ref()
+            .and_then(|charge| charge.reserve)
+            .unwrap_or(route_cost)
+    }
+
     /// The windows that apply for `tier`, or None when the tier is unlimited.
     pub fn windows_for(&self, tier: Option<&str>) -> Option<&[Window]> {
         match tier.and_then(|t| self.tiers.get(t)) {

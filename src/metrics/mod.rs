@@ -10,6 +10,7 @@ mod exposition;
 mod labels;
 mod plumbing;
 mod process;
+mod settles;
 mod syncs;
 #[cfg(test)]
 mod tests;
@@ -20,6 +21,7 @@ pub(crate) use labels::{
     BackendKind, BackendLabel, DecisionLabel, LabelText, LimitDecisionLabels, NodeLabel,
     ResultLabel, RouteCode, RouteLabel, UpstreamCode, UpstreamLabel, UpstreamServerLabels,
 };
+pub(crate) use settles::{SettleCounters, SettleFamilies, SettleOutcome};
 pub(crate) use syncs::SyncMetrics;
 pub(crate) use timeouts::{Deadline, TimeoutCounters};
 
@@ -74,6 +76,8 @@ pub(crate) struct Metrics {
     pub timeouts: TimeoutCounters,
     /// The lease syncs of approximate limits.
     pub syncs: SyncMetrics,
+    /// The limits that settle by their answer.
+    pub settles: SettleFamilies,
 }
 
 /// The counters of one series family member by status code, each fetched from its family
@@ -147,9 +151,12 @@ impl Metrics {
         let timeouts = Family::<timeouts::KindLabel, Counter>::default();
         let mut registry = Registry::default();
         let syncs = syncs::register(&mut registry);
+        let settles = SettleFamilies::default();
+        settles.register(&mut registry);
         let mut metrics = Metrics {
             registry,
             syncs,
+            settles,
             no_route: requests_of(&requests, ""),
             requests,
             request_duration: Family::new_with_constructor(latency_histogram),

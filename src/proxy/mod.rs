@@ -16,6 +16,7 @@ use http::{HeaderValue, Response};
 
 use crate::admission::admit::{Admission, Asker};
 use crate::fields::added::Added;
+use crate::limit::charge::Answer;
 use crate::request::canonical::ProxyRequest;
 use crate::request::canonical::{self, Host, Request};
 use crate::request::id::{self, RequestId};
@@ -120,23 +121,28 @@ fn proxy<'r>(
         };
         let seen = &mut log.admission;
         let gate = runtime.gate();
-        let (slot, statuses) = match pin!(gate.admit(route, &request, asker, seen)).await {
-            Admission::Refused { refusal, by } => {
-                log.refused_by = by;
-                let style = &runtime.response;
-                return Ok(response::refusal_response(refusal, style, request_id));
-            }
-            Admission::Admitted {
-                slot,
-                statuses,
-                delay,
-            } => {
-                if !delay.is_zero() {
-                    tokio::time::sleep(delay).await;
+        let (slot, statuses, reservations) =
+            match pin!(gate.admit(route, &request, asker, seen)).await {
+                Admission::Refused { refusal, by } => {
+                    log.refused_by = by;
+                    let style = &runtime.response;
+                    return Ok(response::refusal_response(refusal, style, request_id));
                 }
-                (slot, statuses)
-            }
-        };
+                Admission::Admitted {
+                    slot,
+                    statuses,
+                    delay,
+                    reservations,
+                } => {
+                    if !reservations.is_empty() {
+                        runtime.settler.reserved(&reservations);
+                    }
+                    if !delay.is_zero() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    (slot, statuses, reservations)
+                }
+            };
         log.remaining = statuses.first().map(|s| s.remaining);
         let forwarded = Forwarded {
             peer: &client.peer_header,
@@ -156,10 +162,31 @@ fn proxy<'r>(
             asked
         ))
         .await;
-        let mut response = match upstream_answer {
-            Ok(response) => response,
-            Err(error) => response::error_response(&error, request_id),
+        let (mut response, answer) = match upstream_answer {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let upstream_error = false;
+                (
+                    response,
+                    Answer {
+                        status,
+                        upstream_error,
+                    },
+                )
+            }
+            Err(error) => {
+                let answer = Answer {
+                    status: error.status().as_u16(),
+                    upstream_error: error.no_upstream_answer(),
+                };
+                (response::error_response(&error, request_id), answer)
+            }
         };
+        if !reservations.is_empty() {
+            let settler = &runtime.settler;
+            let at_head = settler.at_head(reservations, answer, &mut response, request_id.as_str());
+            log.settled = Some(at_head);
+        }
         log.answered = Some(Instant::now());
         log.upstream_call = Some((&runtime.upstream_metrics[route.upstream], asked));
         response::add_rate_fields(

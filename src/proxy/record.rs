@@ -17,6 +17,7 @@ use crate::limit::rules::OnError;
 use crate::metrics::{BackendKind, EdgeDecision, RouteMetrics, UpstreamMetrics};
 use crate::request::id::RequestId;
 use crate::runtime::Runtime;
+use crate::settle::SettledAtHead;
 
 /// What the access log and the metrics learn about a request along the pipeline.
 pub(super) struct RequestLog<'r> {
@@ -34,6 +35,8 @@ pub(super) struct RequestLog<'r> {
     pub(super) refused_by: Option<Arc<str>>,
     /// What is left of the most restrictive window after an admitted request.
     pub(super) remaining: Option<u64>,
+    /// What the limits with a charge reserved, and what the answer's head settled.
+    pub(super) settled: Option<SettledAtHead>,
     /// When the upstream's answer came: the request's end too (a clock reading apiece has a
     /// cost of its own, docs/PERFORMANCE.md, "Measured behind the code").
     pub(super) answered: Option<Instant>,
@@ -54,6 +57,7 @@ impl<'r> RequestLog<'r> {
             upstream_call: None,
             refused_by: None,
             remaining: None,
+            settled: None,
             answered: None,
             admission: AdmissionRecord::default(),
             recorded: false,
@@ -95,6 +99,8 @@ impl<'r> RequestLog<'r> {
                 duration_ms = took.as_secs_f64() * 1000.0,
                 refused_by = self.refused_by.as_deref().unwrap_or(""),
                 remaining = self.remaining,
+                reserved = self.settled.map(|s| s.reserved),
+                settled = self.settled.and_then(|s| s.settled),
                 "access"
             );
         }

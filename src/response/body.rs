@@ -26,6 +26,17 @@ pub(crate) struct ResponseBody {
     added: AddedFields,
     _slot: Option<InFlightSlot>,
     _counted: Option<InFlightGauge>,
+    /// Shown the upstream body's bytes as they pass, and told when it ended whole (a limit
+    /// that settles by the body's usage). Dropped unfinished when the body is.
+    watcher: Option<Box<dyn BodyWatcher>>,
+}
+
+/// Watches an upstream body go by, without holding or delaying it.
+pub(crate) trait BodyWatcher: Send + Sync {
+    /// The body's next bytes, as they are forwarded.
+    fn feed(&mut self, chunk: &[u8]);
+    /// The body ended whole. A watcher dropped without this saw an incomplete body.
+    fn ended(self: Box<Self>);
 }
 
 enum Source {
@@ -47,6 +58,7 @@ impl ResponseBody {
             added: AddedFields::default(),
             _slot: None,
             _counted: None,
+            watcher: None,
         }
     }
 
@@ -71,6 +83,7 @@ impl ResponseBody {
             added: AddedFields::default(),
             _slot: None,
             _counted: None,
+            watcher: None,
         }
     }
 
@@ -125,16 +138,60 @@ impl ResponseBody {
     }
 }
 
+impl ResponseBody {
+    /// Shows the upstream body to `watcher` as it passes (a body made here has no usage).
+    pub(crate) fn watch(&mut self, watcher: Box<dyn BodyWatcher>) {
+        if matches!(self.inner, Source::Upstream(_)) {
+            self.watcher = Some(watcher);
+        }
+    }
+}
+
+/// Shows a polled frame to the watcher, and tells it when the body ended whole: at its last
+/// frame (a server stops polling a body that says it has ended) or when there are no more.
+fn watch_frame<E>(
+    watcher: &mut Option<Box<dyn BodyWatcher>>,
+    body: &PooledBody,
+    polled: &Poll<Option<Result<Frame<Bytes>, E>>>,
+) {
+    let Some(watching) = watcher else {
+        return;
+    };
+    let ended = match polled {
+        Poll::Pending => return,
+        Poll::Ready(Some(Ok(frame))) => {
+            if let Some(data) = frame.data_ref() {
+                watching.feed(data);
+            }
+            body.is_end_stream()
+        }
+        Poll::Ready(None) => true,
+        Poll::Ready(Some(Err(_))) => {
+            // Incomplete: dropped unfinished.
+            *watcher = None;
+            return;
+        }
+    };
+    if ended && let Some(watching) = watcher.take() {
+        watching.ended();
+    }
+}
+
 impl Body for ResponseBody {
     type Data = Bytes;
     type Error = Box<dyn std::error::Error + Send + Sync>;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        match &mut self.inner {
-            Source::Upstream(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+        let this = self.get_mut();
+        match &mut this.inner {
+            Source::Upstream(body) => {
+                let polled = Pin::new(&mut *body).poll_frame(cx);
+                watch_frame(&mut this.watcher, body, &polled);
+                polled.map_err(Into::into)
+            }
             Source::Generated { bytes, .. } => Pin::new(bytes)
                 .poll_frame(cx)
                 .map_err(|never| match never {}),

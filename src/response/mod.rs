@@ -123,6 +123,21 @@ impl GatewayError {
         )
     }
 
+    /// True when no upstream answered: the gateway made the answer (502, 503, 504) because no
+    /// server could be reached, none answered in time, or the exchange failed before a head.
+    pub(crate) fn no_upstream_answer(&self) -> bool {
+        matches!(
+            self,
+            GatewayError::NoHealthyServer { .. }
+                | GatewayError::LocalShortage { .. }
+                | GatewayError::UpstreamConnect { .. }
+                | GatewayError::UpstreamConnectTimeout { .. }
+                | GatewayError::UpstreamTls { .. }
+                | GatewayError::UpstreamTimeout { .. }
+                | GatewayError::UpstreamFailed { .. }
+        )
+    }
+
     /// What a client may be told. Upstream addresses stay in the logs, not in answers.
     fn public_detail(&self) -> String {
         match self {

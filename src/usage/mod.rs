@@ -44,10 +44,6 @@
 //! - **Headers** (`settle = "header:x-usage-tokens"`): ASCII digits with optional spaces or
 //!   tabs around them, at most 20 digits and within 64 bits; anything else is `invalid`.
 
-// Not yet read by the pipeline: the limits that settle by usage come with the config that
-// names them, and this goes then. Until then only the tests, benches and fuzz targets call it.
-#![allow(dead_code)]
-
 mod fields;
 mod json;
 mod sse;
@@ -82,7 +78,7 @@ impl Caps {
     };
 }
 
-/// Why an answer settles nothing: its reservation stands. `reason` is the metric's label.
+/// Why an answer settles nothing: its reservation stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
     #[error("a usage field is not in the answer")]
@@ -93,21 +89,6 @@ pub enum UsageError {
     TooLarge,
     #[error("the answer's body is not well-formed JSON")]
     Malformed,
-}
-
-impl UsageError {
-    /// Every `reason`, so that a metric's series start at 0.
-    pub(crate) const REASONS: [&'static str; 4] = ["missing", "invalid", "too_large", "malformed"];
-
-    /// The label a metric counts this failure by.
-    pub(crate) fn reason(&self) -> &'static str {
-        match self {
-            UsageError::Missing => "missing",
-            UsageError::Invalid => "invalid",
-            UsageError::TooLarge => "too_large",
-            UsageError::Malformed => "malformed",
-        }
-    }
 }
 
 /// What a field was found to be so far.

@@ -67,6 +67,7 @@ impl Limiter {
                     Evaluated {
                         decision: fallback,
                         store_error: Some(error),
+                        reservations: Vec::new(),
                     },
                 );
                 if !matches!(combined.decision, LimitDecision::Allow { .. }) {
@@ -185,6 +186,8 @@ fn release(leases: &Leases, spent: &[(u128, u64, u64)]) {
 /// Two allowed parts of one request as one decision; anything else wins over an allow.
 fn merge(first: Evaluated, second: Evaluated) -> Evaluated {
     let store_error = second.store_error.or(first.store_error);
+    let mut reservations = first.reservations;
+    reservations.extend(second.reservations);
     let decision = match (first.decision, second.decision) {
         (
             LimitDecision::Allow {
@@ -220,8 +223,12 @@ fn merge(first: Evaluated, second: Evaluated) -> Evaluated {
         (LimitDecision::NotLimited, other) | (other, LimitDecision::NotLimited) => other,
         (LimitDecision::Allow { .. }, other) | (other, _) => other,
     };
+    if !matches!(decision, LimitDecision::Allow { .. }) {
+        reservations.clear();
+    }
     Evaluated {
         decision,
         store_error,
+        reservations,
     }
 }

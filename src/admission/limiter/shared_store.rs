@@ -27,7 +27,7 @@ impl Limiter {
     ) -> impl Future<Output = Evaluated> {
         async move {
             let (requests, origins) = (&requests[..], &origins[..]);
-            if let Some(denial) = self.standing_denial(shared, requests, cost, now) {
+            if let Some(denial) = self.standing_denial(shared, requests, now) {
                 return denial.into();
             }
             let limits: Small<&str> = requests
@@ -51,6 +51,10 @@ impl Limiter {
                         retry_after: *retry_after,
                         statuses: statuses.clone(),
                     };
+                    // The denied limit's own cost: its reserve, if it has a charge.
+                    let cost = (requests.iter())
+                        .find(|r| r.limit_identity == *identity)
+                        .map_or(cost, |r| r.cost);
                     shared.denied().remember(*identity, cost, &denial, now);
                 }
                 return decision.into();
@@ -58,6 +62,7 @@ impl Limiter {
             Evaluated {
                 decision: self.fall_back(requests, origins, outcome, &error, now),
                 store_error: Some(error),
+                reservations: Vec::new(),
             }
         }
     }
@@ -67,7 +72,6 @@ impl Limiter {
         &self,
         shared: &SharedStore,
         requests: &[WindowRequest],
-        cost: u64,
         now: Nanos,
     ) -> Option<LimitDecision> {
         let mut previous = None;
@@ -76,7 +80,10 @@ impl Limiter {
                 continue;
             }
             previous = Some(request.limit_identity);
-            if let Some(denied) = shared.denied().lookup(request.limit_identity, cost, now) {
+            if let Some(denied) = shared
+                .denied()
+                .lookup(request.limit_identity, request.cost, now)
+            {
                 return Some(LimitDecision::Deny {
                     limit: denied.limit,
                     rule: request.group,

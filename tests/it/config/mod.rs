@@ -1,4 +1,5 @@
 mod bounds;
+mod charge;
 mod cli;
 mod consistency;
 mod contrib;

@@ -1,3 +1,5 @@
+mod charge;
+mod charge_body;
 mod local;
 mod reload;
 mod reload_upstreams;
