@@ -149,6 +149,7 @@ fn proxy<'r>(
             peer_trusted: client_ip.peer_trusted,
             proto: client.proto,
             request_id,
+            plain_answer: !reservations.is_empty() && runtime.settler.reads_body(&reservations),
         };
         let upstream = &runtime.upstreams[route.upstream];
         let asked = Instant::now();

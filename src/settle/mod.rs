@@ -19,7 +19,7 @@ use std::sync::Arc;
 use http::{HeaderName, Response};
 
 use crate::admission::reservation::{Place, Reservation};
-use crate::limit::charge::{Answer, AtHead, Charge};
+use crate::limit::charge::{Answer, AtHead, Charge, SettleFrom};
 use crate::limit::rules::LimitRule;
 use crate::limit::settle::{Adjustment, Reserved};
 use crate::limit::window::Small;
@@ -87,6 +87,14 @@ impl Settler {
                 charged.counters.reserved.inc_by(reservation.units);
             }
         }
+    }
+
+    /// Whether a limit among `reservations` settles by the answer's body.
+    pub(crate) fn reads_body(&self, reservations: &[Reservation]) -> bool {
+        reservations.iter().any(|reservation| {
+            self.charged(reservation)
+                .is_some_and(|charged| matches!(charged.charge.settle, Some(SettleFrom::Body(_))))
+        })
     }
 
     /// Settles what `answer`'s head tells, and has the body of `response` watched for the

@@ -23,6 +23,9 @@ pub(crate) struct Forwarded<'a> {
     pub peer_trusted: bool,
     pub proto: &'static str,
     pub request_id: &'a RequestId,
+    /// The answer's body is read for the usage a limit settles by: it is asked for without a
+    /// content coding, whatever the client accepts.
+    pub plain_answer: bool,
 }
 
 /// The fields the gateway sets on a request going upstream. They are written after the
@@ -43,6 +46,8 @@ pub(crate) struct SetFields {
     pub upgrade: Option<HeaderValue>,
     /// The peer is a trusted proxy: its `Forwarded` and `X-Real-IP` say who the client is.
     pub peer_trusted: bool,
+    /// `Accept-Encoding: identity` in place of the client's (`Forwarded::plain_answer`).
+    pub plain_answer: bool,
 }
 
 impl SenderFields for SetFields {
@@ -53,7 +58,7 @@ impl SenderFields for SetFields {
         let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
         match name.len() {
             12 => is(X_REQUEST_ID.as_str()),
-            15 => is(X_FORWARDED_FOR.as_str()),
+            15 => is(X_FORWARDED_FOR.as_str()) || (self.plain_answer && is("accept-encoding")),
             16 => is(X_FORWARDED_HOST.as_str()),
             17 => is(X_FORWARDED_PROTO.as_str()),
             9 => !self.peer_trusted && (is("forwarded") || is("x-real-ip")),
@@ -75,7 +80,7 @@ impl SenderFields for SetFields {
     /// once: a `HeaderName` apiece, its `: ` and the line end apart, cost a third more.
     fn encode(&self, buf: &mut Vec<u8>) {
         let client_host = self.host.as_ref().filter(|_| self.forward_host);
-        let lines: [(&[u8], Option<&[u8]>); 6] = [
+        let lines: [(&[u8], Option<&[u8]>); 7] = [
             (b"\r\nx-forwarded-host: ", client_host.map(|host| &host[..])),
             (b"\r\nx-forwarded-for: ", bytes(&self.forwarded_for)),
             (
@@ -91,6 +96,10 @@ impl SenderFields for SetFields {
                 self.upgrade.as_ref().map(|_| &b"upgrade"[..]),
             ),
             (b"\r\nupgrade: ", bytes(&self.upgrade)),
+            (
+                b"\r\naccept-encoding: ",
+                self.plain_answer.then_some(&b"identity"[..]),
+            ),
         ];
         // The first line's end comes before the second's name, the last one's after it.
         let mut line_start = 2;
@@ -132,6 +141,7 @@ pub(crate) fn to_upstream(
         forwarded_proto: Some(forwarded.proto),
         request_id: Some(forwarded.request_id.clone()),
         upgrade,
+        plain_answer: forwarded.plain_answer,
     }
 }
 
@@ -258,6 +268,7 @@ mod tests {
             peer_trusted: trusted,
             proto: "http",
             request_id: id,
+            plain_answer: false,
         }
     }
 
@@ -285,6 +296,30 @@ mod tests {
             assert_eq!(sent["x-forwarded-host"], "api.example.com");
             assert_eq!(sent["host"], "api.example.com");
             assert_eq!(sent["x-request-id"], "id-1");
+        }
+    }
+
+    #[test]
+    fn an_answer_read_for_usage_is_asked_for_without_a_content_coding() {
+        let id = RequestId::Kept(HeaderValue::from_static("id"));
+        let peer = HeaderValue::from_static("192.0.2.7");
+        let client = [
+            ("accept-encoding", "gzip, br"),
+            ("Accept-Encoding", "zstd"),
+            ("ACCEPT-ENCODING", "identity;q=0"),
+        ];
+        for fields in both(&client) {
+            let plain = Forwarded {
+                plain_answer: true,
+                ..asked_by(&peer, &id, false)
+            };
+            let sent = as_sent(&fields, &to_upstream(&fields, &plain, None, None));
+            let codings: Vec<_> = sent.get_all("accept-encoding").iter().collect();
+            assert_eq!(codings, ["identity"]);
+            // Otherwise the client's own go upstream as they are.
+            let asked = asked_by(&peer, &id, false);
+            let sent = as_sent(&fields, &to_upstream(&fields, &asked, None, None));
+            assert_eq!(sent.get_all("accept-encoding").iter().count(), 3);
         }
     }
 

@@ -192,3 +192,28 @@ async fn a_client_that_leaves_mid_body_keeps_the_reservation() {
     assert_eq!(units(&gateway, "refunded").await, 0.0);
     assert_eq!(units(&gateway, "settled").await, 10.0);
 }
+
+#[tokio::test]
+async fn a_client_cannot_have_the_answer_compressed_out_of_the_scanners_sight() {
+    let (upstream, mut received) = recording::recording_upstream().await;
+    let limit =
+        format!("{TOKENS}charge = {{ reserve = 10, settle = \"json:usage.total_tokens\" }}");
+    let gateway = charged_gateway(&upstream.url(), &limit, clock()).await;
+    // Raw bytes, so that every spelling reaches the gateway as written.
+    let raw = format!(
+        "GET / HTTP/1.1\r\nhost: api\r\nx-api-key: k\r\nAccept-Encoding: gzip\r\n\
+         accept-encoding: br;q=1, identity;q=0\r\nACCEPT-ENCODING: zstd\r\nconnection: close\r\n\r\n"
+    );
+    let answer = exchange_until_closed(gateway.addr, raw.as_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let got = recording::drain(&mut received);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].all("accept-encoding"), ["identity"]);
+    // A limit that settles by a header leaves the client's choice alone.
+    let (upstream, mut received) = recording::recording_upstream().await;
+    let limit = format!("{TOKENS}charge = {{ reserve = 10, settle = \"header:x-usage\" }}");
+    let gateway = charged_gateway(&upstream.url(), &limit, clock()).await;
+    exchange_until_closed(gateway.addr, raw.as_bytes()).await;
+    let got = recording::drain(&mut received);
+    assert_eq!(got[0].all("accept-encoding").len(), 3);
+}
