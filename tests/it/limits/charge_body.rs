@@ -200,10 +200,9 @@ async fn a_client_cannot_have_the_answer_compressed_out_of_the_scanners_sight() 
         format!("{TOKENS}charge = {{ reserve = 10, settle = \"json:usage.total_tokens\" }}");
     let gateway = charged_gateway(&upstream.url(), &limit, clock()).await;
     // Raw bytes, so that every spelling reaches the gateway as written.
-    let raw = format!(
-        "GET / HTTP/1.1\r\nhost: api\r\nx-api-key: k\r\nAccept-Encoding: gzip\r\n\
-         accept-encoding: br;q=1, identity;q=0\r\nACCEPT-ENCODING: zstd\r\nconnection: close\r\n\r\n"
-    );
+    let raw = "GET / HTTP/1.1\r\nhost: api\r\nx-api-key: k\r\nAccept-Encoding: gzip\r\n\
+               accept-encoding: br;q=1, identity;q=0\r\nACCEPT-ENCODING: zstd\r\n\
+               connection: close\r\n\r\n";
     let answer = exchange_until_closed(gateway.addr, raw.as_bytes()).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let got = recording::drain(&mut received);
