@@ -185,6 +185,21 @@ key = ["ip", "route"]
 algorithm = "sliding_window"
 rates = [{ limit = 1000000, per = "1m" }, { limit = 8000000, per = "15m" }]'
 
+# (s): TWO_LIMITS with per-key settled by the answer's Content-Length (the echo upstream sends
+# ~180 bytes): each request reserves 200 and settles below that, so every answer goes through
+# the settle path and its store write. One window, high enough for a whole run at ~180 a request.
+SETTLED_LIMITS='limits = ["per-key", "per-ip"]
+[[limits]]
+name = "per-key"
+key = ["header:x-api-key"]
+rates = [{ limit = 4000000000, per = "1m" }]
+charge = { reserve = 200, settle = "header:content-length" }
+[[limits]]
+name = "per-ip"
+key = ["ip", "route"]
+algorithm = "sliding_window"
+rates = [{ limit = 1000000, per = "1m" }, { limit = 8000000, per = "15m" }]'
+
 # (h): TWO_LIMITS approximate (issue 35), each decided from leases synced to Redis every
 # 100 ms. per-key is a fixed_window here: approximate needs counts that add up (token_bucket,
 # TWO_LIMITS' default, is refused), with the same windows and limits.

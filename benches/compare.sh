@@ -9,7 +9,8 @@
 # request (`steal`: a round run beside a noisy neighbour), and the ours/nginx ratios: over all
 # rounds, and the median of each round's own.
 #
-# Scenarios: (a) proxy only, (b) edge layer on, (c) edge + two memory-store limits, (d) the same
+# Scenarios: (a) proxy only, (b) edge layer on, (c) edge + two memory-store limits, (s) (c) with
+# one of them settled by a response header (`charge`, SETTLED_LIMITS in common.sh), (d) the same
 # two limits in Redis, (h) the two limits approximate (leases synced to the same Redis every
 # 100 ms; per-key a fixed_window, see APPROXIMATE_LIMITS in common.sh), (e) a flood where 9 requests in 10 are denied (nginx: limit_req on the
 # key, status 429), (f) p99 latency at a fixed rate of half nginx's peak (oha -q) against
@@ -67,7 +68,7 @@ for probe in $F_PROBES; do
   esac
 done
 # The wrk runs of each round, in order.
-ALL_SCENARIOS="nginx a b c d h nginx-flood e floor nginx-tls g"
+ALL_SCENARIOS="nginx a b c s d h nginx-flood e floor nginx-tls g"
 SCENARIOS=${SCENARIOS:-$ALL_SCENARIOS}
 for scenario in $SCENARIOS; do
   case " $ALL_SCENARIOS " in
@@ -202,6 +203,9 @@ B_PORT=$OURS_PORT; B_PID=$OURS_PID
 ours c "$EDGE
 $MEMORY_STORE" "$FLOOD" "$TWO_LIMITS"
 C_PORT=$OURS_PORT; C_PID=$OURS_PID
+ours s "$EDGE
+$MEMORY_STORE" "" "$SETTLED_LIMITS"
+S_PORT=$OURS_PORT; S_PID=$OURS_PID
 ours d "$EDGE
 $(redis_store "$REDIS_PORT")" "" "$TWO_LIMITS"
 D_PORT=$OURS_PORT; D_PID=$OURS_PID
@@ -210,8 +214,8 @@ ours h "$EDGE
 $(redis_store "$REDIS_PORT")
 key_prefix = \"h:\"" "" "$APPROXIMATE_LIMITS"
 H_PORT=$OURS_PORT; H_PID=$OURS_PID
-for port in "$A_PORT" "$B_PORT" "$C_PORT" "$D_PORT" "$H_PORT" "$TLS_PORT" "$NGINX_TLS_PORT"; do wait_port "$port"; done
-[ "$SESSIONS" = shared ] || own_session "$A_PID" "$B_PID" "$C_PID" "$D_PID" "$H_PID" "$(cat "$WORK/nginx.pid")"
+for port in "$A_PORT" "$B_PORT" "$C_PORT" "$S_PORT" "$D_PORT" "$H_PORT" "$TLS_PORT" "$NGINX_TLS_PORT"; do wait_port "$port"; done
+[ "$SESSIONS" = shared ] || own_session "$A_PID" "$B_PID" "$C_PID" "$S_PID" "$D_PID" "$H_PID" "$(cat "$WORK/nginx.pid")"
 
 # (e)'s load: 1 request in 10 with a fresh key (allowed), 9 with one flooding key (denied).
 cat > "$WORK/flood.lua" <<'LUA'
@@ -255,6 +259,7 @@ for round in $(seq "$ROUNDS"); do
       a) line=$(run "$scenario-$round" "http://127.0.0.1:$A_PORT/bench" "$A_PID"); label="(a) ours, proxy only" ;;
       b) line=$(run "$scenario-$round" "http://127.0.0.1:$B_PORT/bench" "$B_PID"); label="(b) ours, edge layer" ;;
       c) line=$(run "$scenario-$round" "http://127.0.0.1:$C_PORT/bench" "$C_PID"); label="(c) ours, edge + 2 limits" ;;
+      s) line=$(run "$scenario-$round" "http://127.0.0.1:$S_PORT/bench" "$S_PID"); label="(s) ours, (c), 1 settled" ;;
       d) redis_before=$(cpu_ticks "$REDIS_PID")
          line=$(run "$scenario-$round" "http://127.0.0.1:$D_PORT/bench" "$D_PID"); label="(d) ours, 2 Redis limits"
          requests=$(awk '/requests in/ {print $1}' "$WORK/$scenario-$round.txt")
@@ -282,6 +287,7 @@ done
 if [ "$ROUNDS" -gt 0 ]; then
 # What the ratios compare: a label, our scenario, nginx's.
 COMPARISONS=("(a) proxy only|a|nginx" "(b) edge layer|b|nginx" "(c) edge + 2 limits|c|nginx"
+  "(s) (c) with 1 settled|s|nginx" "(s) settled vs (c) (target ≤ 1.05)|s|c"
   "(d) 2 Redis limits vs nginx (a)|d|nginx" "(h) 2 approximate Redis limits vs nginx (a)|h|nginx" "(e) flood vs nginx flood|e|nginx-flood" "(g) https keep-alive|g|nginx-tls")
 # section HEADING FN: FN LABEL OURS THEIRS for each comparison, under HEADING; nothing at all
 # when no comparison had both its scenarios run (e.g. SCENARIOS="c floor").

@@ -205,11 +205,15 @@ fn header_usage(
     response: &Response<ResponseBody>,
     name: &HeaderName,
 ) -> Result<u64, SettleOutcome> {
-    let name = name.as_str().as_bytes();
     let fields = response
         .body()
         .upstream_fields()
         .ok_or(SettleOutcome::Missing)?;
+    // Framing, kept apart from the other fields (and checked when the head was read).
+    if name == http::header::CONTENT_LENGTH {
+        return fields.content_length().ok_or(SettleOutcome::Missing);
+    }
+    let name = name.as_str().as_bytes();
     let mut values = (fields.iter()).filter(|(field, _)| field.eq_ignore_ascii_case(name));
     let (_, value) = values.next().ok_or(SettleOutcome::Missing)?;
     if values.next().is_some() {

@@ -289,3 +289,22 @@ async fn concurrent_requests_overshoot_by_at_most_in_flight_times_actual_less_re
         StatusCode::TOO_MANY_REQUESTS
     );
 }
+
+#[tokio::test]
+async fn a_bodys_length_can_be_its_usage() {
+    let upstream = TestUpstream::ok("0123456789").await;
+    let clock = Arc::new(ratelimit_proxy::testing::ManualClock::new());
+    let limit = "algorithm = \"fixed_window\"\nrates = [{ limit = 100, per = \"1m\" }]\n\
+                 charge = { reserve = 30, settle = \"header:content-length\" }";
+    let gateway = charged_gateway(&upstream.url(), limit, clock).await;
+    assert_eq!(
+        header(&call(&gateway, "k").await.0, "x-ratelimit-remaining"),
+        "70"
+    );
+    // The first counts 10 now: 10 + 30 reserved.
+    assert_eq!(
+        header(&call(&gateway, "k").await.0, "x-ratelimit-remaining"),
+        "60"
+    );
+    assert_eq!(units(&gateway, "refunded").await, 40.0);
+}
