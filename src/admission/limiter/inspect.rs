@@ -34,9 +34,20 @@ pub struct Standing {
     pub exempt_list: Option<String>,
     /// None when the limit does not apply (exempt, or an unlimited tier).
     pub identity: Option<Identity>,
-    /// Each window's policy and what a request of cost 0 would meet: what is left, and when
-    /// the window is whole again.
-    pub windows: Vec<(Arc<Policy>, u64, Duration)>,
+    /// Each window's policy and what a request of cost 0 would meet.
+    pub windows: Vec<WindowStanding>,
+}
+
+/// Where one window of an identity stands.
+#[derive(Debug, Clone)]
+pub struct WindowStanding {
+    pub policy: Arc<Policy>,
+    /// What is left of the window.
+    pub remaining: u64,
+    /// When the window is whole again.
+    pub reset: Duration,
+    /// The window is over its limit by a settled debt (refused even at cost 0), until then.
+    pub debt_until: Option<Duration>,
 }
 
 /// Why a named identity cannot be looked at.
@@ -73,10 +84,22 @@ impl Limiter {
             .map(|(policy, check)| match *check {
                 WindowCheck::Allow {
                     remaining, reset, ..
-                }
-                | WindowCheck::Deny {
-                    remaining, reset, ..
-                } => (policy, remaining, reset),
+                } => WindowStanding {
+                    policy,
+                    remaining,
+                    reset,
+                    debt_until: None,
+                },
+                WindowCheck::Deny {
+                    remaining,
+                    reset,
+                    retry_after,
+                } => WindowStanding {
+                    policy,
+                    remaining,
+                    reset,
+                    debt_until: Some(retry_after),
+                },
             })
             .collect();
         Ok(standing)

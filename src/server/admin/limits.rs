@@ -128,13 +128,15 @@ fn unexpected(name: &str, key_parts: &[KeyPart]) -> String {
 
 fn state_document(limit: &str, standing: &Standing) -> Response<Full<Bytes>> {
     let windows: Vec<serde_json::Value> = (standing.windows.iter())
-        .map(|(policy, remaining, reset)| {
+        .map(|window| {
+            let policy = &window.policy;
             json!({
                 "policy": &*policy.name,
                 "limit": policy.limit,
                 "window": whole_seconds(policy.window),
-                "remaining": remaining,
-                "reset": whole_seconds(*reset),
+                "remaining": window.remaining,
+                "reset": whole_seconds(window.reset),
+                "debt_until": window.debt_until.map(whole_seconds),
             })
         })
         .collect();

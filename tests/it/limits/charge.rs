@@ -91,6 +91,13 @@ async fn a_usage_headers_debt_refuses_the_next_request_for_exactly_as_long_as_it
     let (denied, _) = call(&gateway, "k").await;
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(header(&denied, "retry-after"), "36");
+    // The admin endpoint shows the debt and when it is paid back: 5 tokens' refill, 30 s
+    // (the next request then waits for its own token too).
+    let admin = gateway.admin_addr.unwrap();
+    let (_, state) = get(&format!("http://{admin}/limits/charged/state?key=k")).await;
+    let state: serde_json::Value = serde_json::from_slice(&state).unwrap();
+    assert_eq!(state["windows"][0]["remaining"], 0, "{state}");
+    assert_eq!(state["windows"][0]["debt_until"], 30, "{state}");
     clock.advance(Duration::from_secs(35));
     assert_eq!(
         call(&gateway, "k").await.0.status(),
@@ -105,6 +112,9 @@ async fn a_usage_headers_debt_refuses_the_next_request_for_exactly_as_long_as_it
         StatusCode::OK
     );
     assert_eq!(upstream.hits(), 3);
+    let (_, state) = get(&format!("http://{admin}/limits/charged/state?key=k")).await;
+    let state: serde_json::Value = serde_json::from_slice(&state).unwrap();
+    assert_eq!(state["windows"][0]["debt_until"], serde_json::Value::Null);
     // Another key is not touched.
     assert_eq!(
         header(&call(&gateway, "other").await.0, "x-ratelimit-remaining"),
