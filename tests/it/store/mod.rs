@@ -6,3 +6,4 @@ mod gateway;
 mod lease_sync;
 mod pipe;
 mod redis_store;
+mod settle;
