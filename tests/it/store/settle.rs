@@ -263,3 +263,94 @@ fn settling_in_redis_leaves_the_windows_as_the_memory_store_does() {
         }
     }
 }
+
+/// The key's time to live (ms) of `limit`'s one identity.
+fn pttl_of(server: &RedisServer, pattern: &str) -> i64 {
+    let mut connection = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(pattern)
+        .query(&mut connection)
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{pattern}: {keys:?}");
+    redis::cmd("PTTL")
+        .arg(&keys[0])
+        .query(&mut connection)
+        .unwrap()
+}
+
+/// A debt can make a window need its state longer than any check would (a bucket 136.5 s
+/// from full, where a full minute's bucket refills in 60 s): the key lives that long. A
+/// window counter keeps its window's own time.
+#[test]
+fn a_debt_keeps_the_key_as_long_as_its_window_needs() {
+    let server = RedisServer::start();
+    let pair = pair(store(&server, "ttl:"));
+    // Reserved 3 of 10 a minute at 10 s, 20 more charged at 11.5 s (0.5 s before the send).
+    let expected_ms = [
+        (Algorithm::TokenBucket, 136_500),
+        (Algorithm::Gcra, 136_500),
+        (Algorithm::FixedWindow, 48_500),
+        (Algorithm::SlidingWindow, 108_500),
+        (Algorithm::SlidingLog, 60_000),
+    ];
+    for (n, (algorithm, expected)) in expected_ms.into_iter().enumerate() {
+        let name = format!("debt-{}", algorithm.name());
+        let limits = [name.as_str()];
+        let minute = |cost| windows(n as u128 + 1, algorithm, cost)[..1].to_vec();
+        let t0 = START_US + 10 * SECOND_US;
+        let resets: Vec<Duration> = pair
+            .check(&minute(RESERVE), &limits, t0)
+            .iter()
+            .map(reset)
+            .collect();
+        let t2 = t0 + 1_500_000;
+        let debt = Adjustment::Debt(20);
+        pair.settle(
+            &minute(RESERVE),
+            &limits,
+            &resets,
+            (500_000, 498_000),
+            debt,
+            t2,
+        );
+        let pttl = pttl_of(&server, &format!("ttl:{name}:*"));
+        assert!(
+            pttl > expected - 2_000 && pttl <= expected,
+            "{name}: {pttl} ms, expected {expected}"
+        );
+        let next = pair.check(&minute(1), &limits, t2 + 1_000);
+        assert!(!next[0].is_allow(), "{name}: in debt, refused: {next:?}");
+    }
+}
+
+/// A settle that changes one window of a key (the hour's, refunded, where the minute's has
+/// ended) keeps the key as long as its longest window: never shorter than the check set it.
+#[test]
+fn a_key_lives_as_long_as_its_longest_window_after_a_settle() {
+    let server = RedisServer::start();
+    let pair = pair(store(&server, "longest:"));
+    let limits = ["pair"; 2];
+    let t0 = START_US + 10 * SECOND_US;
+    let requests = windows(7, Algorithm::FixedWindow, RESERVE);
+    let resets: Vec<Duration> = pair
+        .check(&requests, &limits, t0)
+        .iter()
+        .map(reset)
+        .collect();
+    let t2 = t0 + 55 * SECOND_US;
+    let since = (54 * SECOND_US, 54 * SECOND_US - 2_000);
+    pair.settle(
+        &requests,
+        &limits,
+        &resets,
+        since,
+        Adjustment::Refund(2),
+        t2,
+    );
+    let pttl = pttl_of(&server, "longest:pair:*");
+    // The hour ends 3535 s after the settle.
+    assert!(pttl > 3_533_000 && pttl <= 3_535_000, "{pttl} ms");
+    let after = pair.check(&windows(7, Algorithm::FixedWindow, 1), &limits, t2 + 1);
+    assert_eq!(left_before(&after[1]), 99, "the hour refunded: {after:?}");
+    assert_eq!(left_before(&after[0]), 10, "a new minute: {after:?}");
+}
