@@ -7,3 +7,4 @@ mod lease_sync;
 mod pipe;
 mod redis_store;
 mod settle;
+mod settle_refused;
