@@ -7,4 +7,5 @@ mod lease_sync;
 mod pipe;
 mod redis_store;
 mod settle;
+mod settle_cluster;
 mod settle_refused;
