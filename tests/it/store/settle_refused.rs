@@ -253,12 +253,15 @@ async fn fake_redis(answer: &'static [u8]) -> u16 {
     port
 }
 
+/// Whether an error is the one a reply should give.
+type Expected = fn(&StoreError) -> bool;
+
 /// Replies that are not the script's: each a `StoreError`, never a panic.
 #[tokio::test]
 async fn a_reply_that_is_not_the_scripts_is_a_store_error() {
     let requests = windows(8, Algorithm::TokenBucket, RESERVE);
     let reserved = [just_reserved(); 2];
-    let cases: [(&[u8], fn(&StoreError) -> bool); 4] = [
+    let cases: [(&[u8], Expected); 4] = [
         (b"$3\r\nabc\r\n", |e| {
             matches!(e, StoreError::Protocol(ProtocolError::Length { .. }))
         }),
