@@ -5,7 +5,8 @@
 //! Redis' clock is not the gateway's: the gateway knows when it sent a reservation's check
 //! and when the reply came, by its own `Instant`s, so it tells the script how long ago those
 //! were, and the script places the reservation in its own time, widened by how long the
-//! settle call itself may have waited (`ElapsedReservation`).
+//! settle call itself may wait once written (`ElapsedReservation`). A call written again
+//! (after `NOSCRIPT`, a redirection) is written with the times as of then.
 
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
@@ -50,13 +51,15 @@ impl ElapsedReservation {
         }
     }
 
-    /// The three doubles `settle.lua` reads, in whole µs, each rounded the way that widens
-    /// the reservation's time (earlier earliest, later latest) and shortens its reset: a
-    /// refund is then never given where the reservation may no longer count.
-    fn numbers(&self) -> [f64; 3] {
+    /// The three doubles `settle.lua` reads, `late` after the reservation was measured (the
+    /// call is written now), in whole µs, each rounded the way that widens the reservation's
+    /// time (earlier earliest, later latest) and shortens its reset: a refund is then never
+    /// given where the reservation may no longer count.
+    fn numbers(&self, late: Duration) -> [f64; 3] {
         let micros = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        let sent = micros(self.since_sent.saturating_add(Duration::from_nanos(999)));
-        let reply = micros(self.since_reply).min(sent);
+        let since_sent = self.since_sent.saturating_add(late);
+        let sent = micros(since_sent.saturating_add(Duration::from_nanos(999)));
+        let reply = micros(self.since_reply.saturating_add(late)).min(sent);
         [sent, reply, micros(self.reset)].map(|us| us.min(script::EXACT_LIMIT - 1) as f64)
     }
 }
@@ -69,8 +72,11 @@ struct SettleCall<'a> {
     limits: &'a [&'a str],
     reserved: &'a [ElapsedReservation],
     adjustment: Adjustment,
-    /// How long the call may wait before Redis runs it.
+    /// How long the call may wait before Redis runs it, once written.
     wait: Duration,
+    /// When the reservations' times were measured: a call written later (after `NOSCRIPT`,
+    /// a redirection) moves them back by as much, so `wait` need cover only its own send.
+    asked: Instant,
     now: Option<Nanos>,
 }
 
@@ -88,8 +94,13 @@ impl SettleCall<'_> {
             Adjustment::Debt(units) => (&b"debt"[..], units),
             Adjustment::Refund(units) => (&b"refund"[..], units),
         };
+        // An explicit `now` (tests) is the time the call runs at, however late it is sent.
+        let late = match self.now {
+            Some(_) => Duration::ZERO,
+            None => self.asked.elapsed(),
+        };
         let reservations: Vec<u8> = (self.reserved.iter())
-            .flat_map(|reserved| reserved.numbers())
+            .flat_map(|reserved| reserved.numbers(late))
             .flat_map(f64::to_le_bytes)
             .collect();
         let mut command = pipe::Command::new(out, 3 + batch.keys() + 6);
@@ -126,7 +137,8 @@ impl SettleCall<'_> {
 
 impl RedisStore {
     /// Settles a reservation of the windows `requests` (`limits[i]` names the limit of
-    /// `requests[i]`, `reserved[i]` says when its reservation was made) by `adjustment`.
+    /// `requests[i]`, `reserved[i]` says when its reservation was made, measured just before
+    /// this call) by `adjustment`.
     /// `now` is for tests that compare with the Rust rules; in service it is None and Redis'
     /// TIME decides. One call on a node; on a cluster one per limit identity, concurrently
     /// (each identity's keys share a slot), the first error returned once all have ended.
@@ -157,6 +169,7 @@ impl RedisStore {
                 .map(|start| (start, (start + MAX_WINDOWS).min(requests.len())))
                 .collect(),
         };
+        let asked = Instant::now();
         let calls = spans.iter().map(|&(start, end)| {
             self.settle_span(SettleCall {
                 key_prefix: &self.config().key_prefix,
@@ -165,6 +178,7 @@ impl RedisStore {
                 reserved: &reserved[start..end],
                 adjustment,
                 wait: self.config().longest_wait(),
+                asked,
                 now,
             })
         });

@@ -40,14 +40,20 @@ fn a_reservation_is_rounded_to_whole_microseconds_the_way_that_widens_it() {
         since_reply: Duration::from_nanos(1_500),
         reset: Duration::from_nanos(2_999),
     };
-    assert_eq!(reserved.numbers(), [2.0, 1.0, 2.0]);
+    assert_eq!(reserved.numbers(Duration::ZERO), [2.0, 1.0, 2.0]);
+    let late = reserved.numbers(Duration::from_micros(10));
+    assert_eq!(late, [12.0, 11.0, 2.0], "both moved back by a later send");
     let huge = ElapsedReservation {
         since_sent: Duration::MAX,
         since_reply: Duration::MAX,
         reset: Duration::MAX,
     };
     let most = (script::EXACT_LIMIT - 1) as f64;
-    assert_eq!(huge.numbers(), [most; 3], "saturated, never a panic");
+    assert_eq!(
+        huge.numbers(Duration::MAX),
+        [most; 3],
+        "saturated, never a panic"
+    );
 }
 
 #[test]
@@ -83,6 +89,7 @@ fn the_call_names_each_key_once_and_carries_the_adjustment() {
         reserved: &reserved,
         adjustment: Adjustment::Refund(5),
         wait: Duration::from_secs(1),
+        asked: Instant::now(),
         now: Some(3_000_000),
     };
     let mut out = Vec::new();
