@@ -8,4 +8,5 @@ mod pipe;
 mod redis_store;
 mod settle;
 mod settle_cluster;
+mod settle_property;
 mod settle_refused;
