@@ -167,7 +167,8 @@ impl RedisStore {
         );
         let spans = match self.cluster() {
             Some(_) => identity_spans(requests).into_vec(),
-            // One call for all; the script unpacks at most `MAX_WINDOWS` (the config's bound).
+            // One call for all: at most `MAX_WINDOWS`, the config's bound, as a check's (the
+            // script unpacks its keys and its reply at once).
             None => (0..requests.len())
                 .step_by(MAX_WINDOWS)
                 .map(|start| (start, (start + MAX_WINDOWS).min(requests.len())))

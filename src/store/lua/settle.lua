@@ -286,6 +286,13 @@ local function numbers_of(key)
     numbers = { struct.unpack('<' .. string.rep('d', #value / 8), value) }
     numbers[#numbers] = nil -- struct.unpack's last value is the next position
   end
+  -- A slot no script wrote (an expiry that is not a number, or further off than any window
+  -- and debt) is expired: the key's lifetime is never set from it.
+  for k = 1, #numbers, 2 do
+    if not (numbers[k] <= now + 4 * LONGEST_DEBT) then
+      numbers[k], numbers[k + 1] = 0, 0
+    end
+  end
   slots[key] = numbers
   return numbers
 end
@@ -300,7 +307,7 @@ for i = 1, windows do
   else
     local numbers, slot = numbers_of(key), p[at + SLOT]
     local expires, state = numbers[2 * slot + 1], numbers[2 * slot + 2]
-    if not expires or expires <= now or state ~= state then
+    if not (expires and expires > now) or state ~= state then
       state = nil
     end
     local settled, ttl = settle_cells[algorithm](state, i, at)

@@ -319,3 +319,35 @@ fn after_a_script_flush_a_settle_loads_its_script_and_settles() {
     settle().unwrap();
     assert_eq!(server.calls("script|load") - loads, 1);
 }
+
+/// A key whose numbers no script wrote (an expiry a million years off, a state that is not a
+/// number) is read as holding no state there: a debt writes a state and a lifetime of its own.
+#[test]
+fn a_key_of_foreign_numbers_is_read_as_no_state() {
+    let server = RedisServer::start();
+    let runtime = support::event_loop();
+    let store = store(&server, "garbage:");
+    let minute = windows(11, Algorithm::Gcra, RESERVE)[..2].to_vec();
+    let reserved = [just_reserved(); 2];
+    let settle =
+        || runtime.block_on(store.settle(&minute, &["g"; 2], &reserved, Adjustment::Debt(1), None));
+    settle().unwrap();
+    let mut connection = server.connection();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("garbage:g:*")
+        .query(&mut connection)
+        .unwrap();
+    let foreign = doubles(&[1e300, 5.0, f64::NAN, f64::NAN]);
+    let _: () = redis::cmd("SET")
+        .arg(&keys[0])
+        .arg(foreign)
+        .query(&mut connection)
+        .unwrap();
+    settle().unwrap();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&keys[0])
+        .query(&mut connection)
+        .unwrap();
+    // One unit of 100 an hour: 36 s.
+    assert!(pttl > 30_000 && pttl <= 36_000, "{pttl} ms");
+}
