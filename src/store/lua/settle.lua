@@ -6,13 +6,13 @@
 -- changes nothing.
 --
 -- KEYS: as check.lua's, each once. ARGV[1]: now in µs, or '' for the server's TIME. ARGV[2]:
--- 'debt' or 'refund'. ARGV[3]: the units, a whole number. ARGV[4]: how long this call may have
--- waited before it ran (µs): the reservation's earliest time is that much earlier again.
--- ARGV[5]: eleven little-endian doubles per window, as check.lua's (group, shadow, cost and
--- max_delay unused). ARGV[6]: three little-endian doubles per window: how long before this
--- call was sent the reservation's check was sent, and its reply came (µs), and the window's
--- reset right after the reservation (µs). The reservation was made between
--- now - since_sent - ARGV[4] and now - since_reply, in Redis' time.
+-- 'debt' or 'refund'. ARGV[3]: the units, a whole number. ARGV[4]: how long this call may wait
+-- between being written and running (µs): the reservation's earliest time is that much
+-- earlier again. ARGV[5]: eleven little-endian doubles per window, as check.lua's (group,
+-- shadow, cost and max_delay unused). ARGV[6]: three little-endian doubles per window: how
+-- long before this call was written the reservation's check was sent, and its reply came
+-- (µs), and the window's reset right after the reservation (µs). The reservation was made
+-- between now - since_sent - ARGV[4] and now - since_reply, in Redis' time.
 -- Reply: a little-endian double per window, 1 when it was adjusted, 0 when not (a refund
 -- where the reservation no longer counts, a log already holding all it may).
 if redis.replicate_commands then
