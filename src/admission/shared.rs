@@ -1,6 +1,6 @@
 //! The shared store as the limiter sees it: one call that checks every window of a request
-//! (all-or-nothing), the denials it gave that still stand, tiers from a hash, and the admin
-//! endpoints' look and reset. Redis in service; in the limiter's unit tests a scripted store
+//! (all-or-nothing), one that settles a reservation once its answer is known, the denials it
+//! gave that still stand, tiers from a hash, and the admin endpoints' look and reset. Redis in service; in the limiter's unit tests a scripted store
 //! (`scripted.rs`), so the paths a failing store takes (`on_error`, an open breaker, a
 //! cluster node down) are tested without a Redis.
 
@@ -8,13 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::limit::WindowCheck;
+use crate::limit::settle::Adjustment;
 use crate::limit::window::{Small, WindowRequest};
 use crate::store::denied::DeniedCache;
 use crate::store::error::StoreError;
 use crate::store::redis::{Outcome, RedisStore};
+use crate::store::settle::ElapsedReservation;
 
 #[cfg(test)]
 pub(crate) mod scripted;
+#[cfg(test)]
+mod tests;
 
 /// Where limits shared by a fleet are counted. One variant in service: matching it costs
 /// nothing.
@@ -69,6 +73,36 @@ impl SharedStore {
             #[cfg(test)]
             SharedStore::Scripted(scripted) => scripted.check_all(requests),
         }
+    }
+
+    /// Settles a reservation of `requests` (`limits[i]` names the limit of `requests[i]`,
+    /// `reserved[i]` says when its reservation was made) by `adjustment`, at the store's time.
+    /// A refund forgets the identities' standing denials: what it gave back may let their next
+    /// request pass, which only the store can say.
+    #[cfg_attr(
+        not(any(test, feature = "testing")),
+        expect(dead_code, reason = "wired by the settle pipeline")
+    )]
+    pub async fn settle(
+        &self,
+        requests: &[WindowRequest],
+        limits: &[&str],
+        reserved: &[ElapsedReservation],
+        adjustment: Adjustment,
+    ) -> Result<(), StoreError> {
+        match self {
+            SharedStore::Redis(redis) => {
+                (redis.settle(requests, limits, reserved, adjustment, None)).await?
+            }
+            #[cfg(test)]
+            SharedStore::Scripted(scripted) => scripted.settle(requests, reserved, adjustment)?,
+        }
+        if matches!(adjustment, Adjustment::Refund(_)) {
+            for request in requests {
+                self.denied().forget(request.limit_identity);
+            }
+        }
+        Ok(())
     }
 
     /// The tier stored for `field` in `hash`, cached for `ttl`; None when the store cannot say.

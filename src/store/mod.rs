@@ -19,6 +19,7 @@ pub(crate) use resp::{
 };
 pub(crate) mod lease_sync;
 pub(crate) mod script;
+pub(crate) mod settle;
 pub(crate) mod slot;
 mod tiers;
 pub(crate) mod warm;

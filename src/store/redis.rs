@@ -328,7 +328,7 @@ fn backend(config: &RedisConfig, workers: usize) -> Result<Backend, StoreError> 
 
 /// The `[start, end)` index ranges of the windows of each identity (adjacent, as the limiter
 /// builds them).
-fn identity_spans(requests: &[WindowRequest]) -> Small<(usize, usize)> {
+pub(super) fn identity_spans(requests: &[WindowRequest]) -> Small<(usize, usize)> {
     let mut spans = Small::new();
     let mut start = 0;
     while start < requests.len() {

@@ -174,12 +174,7 @@ impl Batch {
     pub fn write(&mut self, command: &mut impl Arguments) {
         command.push(b"EVALSHA");
         command.push(self.sha.as_bytes());
-        command.push(itoa::Buffer::new().format(self.key_ends.len()).as_bytes());
-        let mut start = 0;
-        for &end in &self.key_ends {
-            command.push(&self.keys[start..end]);
-            start = end;
-        }
+        self.write_keys(command);
         match self.now {
             Some(ns) => command.push(itoa::Buffer::new().format(ns / 1000).as_bytes()),
             None => command.push(b""),
@@ -194,17 +189,33 @@ impl Batch {
     pub fn write_peek(&mut self, command: &mut impl Arguments) {
         command.push(b"EVAL");
         command.push(SCRIPT.as_bytes());
+        self.write_keys(command);
+        command.push(b"");
+        command.push(&self.parameters);
+        command.push(&self.window_counts);
+        command.push(b"peek");
+        self.clear();
+    }
+
+    /// Writes how many keys were added, then each (an `EVAL`'s `numkeys` and keys): the
+    /// settle script names its windows' keys as the check script does.
+    pub(super) fn write_keys(&self, command: &mut impl Arguments) {
         command.push(itoa::Buffer::new().format(self.key_ends.len()).as_bytes());
         let mut start = 0;
         for &end in &self.key_ends {
             command.push(&self.keys[start..end]);
             start = end;
         }
-        command.push(b"");
-        command.push(&self.parameters);
-        command.push(&self.window_counts);
-        command.push(b"peek");
-        self.clear();
+    }
+
+    /// How many keys were added.
+    pub(super) fn keys(&self) -> usize {
+        self.key_ends.len()
+    }
+
+    /// Every window's eleven numbers, as added.
+    pub(super) fn parameters(&self) -> &[u8] {
+        &self.parameters
     }
 
     pub fn clear(&mut self) {

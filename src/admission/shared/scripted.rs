@@ -1,7 +1,8 @@
 //! A shared store whose answers a test scripts, one per call: healthy (the windows checked
 //! all-or-nothing by a memory store at the test's clock, as Redis checks them), down with an
 //! error (a timeout, an open breaker), or down for some identities only (a cluster node).
-//! It counts the calls it was asked.
+//! It counts the calls it was asked, and records every settle (applied to its counts as
+//! Redis would apply it, with no wait of its own).
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -9,12 +10,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::limit::WindowCheck;
+use crate::limit::settle::{Adjustment, Reserved};
 use crate::limit::window::{Small, WindowRequest};
 use crate::rt::clock::{Clock, ManualClock};
 use crate::store::denied::DeniedCache;
 use crate::store::error::StoreError;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::Outcome;
+use crate::store::settle::ElapsedReservation;
 
 /// How the store answers one call.
 #[derive(Clone, Debug)]
@@ -28,6 +31,15 @@ pub enum Answer {
     DownFor(Vec<u128>, StoreError),
 }
 
+/// A settle the store was asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settled {
+    /// The windows' limit identities, in order.
+    pub identities: Vec<u128>,
+    pub reserved: Vec<ElapsedReservation>,
+    pub adjustment: Adjustment,
+}
+
 pub struct ScriptedStore {
     pub timeout: Duration,
     pub denied: DeniedCache,
@@ -37,6 +49,9 @@ pub struct ScriptedStore {
     next: Mutex<VecDeque<Answer>>,
     usual: Mutex<Answer>,
     calls: AtomicUsize,
+    settled: Mutex<Vec<Settled>>,
+    /// What every settle answers from now on: None, settled.
+    settle_error: Mutex<Option<StoreError>>,
 }
 
 impl ScriptedStore {
@@ -50,6 +65,8 @@ impl ScriptedStore {
             next: Mutex::new(VecDeque::new()),
             usual: Mutex::new(Answer::Healthy),
             calls: AtomicUsize::new(0),
+            settled: Mutex::default(),
+            settle_error: Mutex::default(),
         }
     }
 
@@ -96,6 +113,43 @@ impl ScriptedStore {
             _ => None,
         };
         Outcome { checks, error }
+    }
+
+    /// Every settle asked for so far, in order (a failed one too).
+    pub fn settled(&self) -> Vec<Settled> {
+        lock(&self.settled).clone()
+    }
+
+    /// Every settle from now on fails with `error` (None: they succeed).
+    pub fn settle_fails(&self, error: Option<StoreError>) {
+        *lock(&self.settle_error) = error;
+    }
+
+    pub(super) fn settle(
+        &self,
+        requests: &[WindowRequest],
+        reserved: &[ElapsedReservation],
+        adjustment: Adjustment,
+    ) -> Result<(), StoreError> {
+        lock(&self.settled).push(Settled {
+            identities: requests.iter().map(|r| r.limit_identity).collect(),
+            reserved: reserved.to_vec(),
+            adjustment,
+        });
+        if let Some(error) = lock(&self.settle_error).clone() {
+            return Err(error);
+        }
+        let now = self.clock.now();
+        let ago = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let reserved: Small<Reserved> = (reserved.iter())
+            .map(|r| Reserved {
+                earliest: now.saturating_sub(ago(r.since_sent)),
+                latest: now.saturating_sub(ago(r.since_reply)),
+                reset: r.reset,
+            })
+            .collect();
+        self.counted.settle(requests, &reserved, adjustment, now);
+        Ok(())
     }
 
     pub(super) fn tier(&self, _field: &[u8]) -> Option<Option<std::sync::Arc<str>>> {

@@ -6,3 +6,7 @@ mod gateway;
 mod lease_sync;
 mod pipe;
 mod redis_store;
+mod settle;
+mod settle_cluster;
+mod settle_property;
+mod settle_refused;

@@ -14,7 +14,7 @@ use ratelimit_proxy::testing::{Small, WindowRequest};
 use support::redis_server::RedisServer;
 
 /// A realistic Unix time in µs, as Redis TIME gives it.
-const START_US: u64 = 1_764_000_000_000_000;
+pub(super) const START_US: u64 = 1_764_000_000_000_000;
 
 const ALGORITHMS: [Algorithm; 5] = [
     Algorithm::TokenBucket,
@@ -139,7 +139,7 @@ fn limit_names(run: u64, case: &Case) -> Vec<String> {
 }
 
 /// The Rust algorithms' answers (`expected`) against the Lua scripts', window by window.
-fn same_answers(
+pub(super) fn same_answers(
     expected: &[WindowCheck],
     actual: &[WindowCheck],
     requests: &[WindowRequest],
@@ -493,7 +493,7 @@ fn malformed_script_calls_are_refused_with_what_was_wrong() {
     assert_eq!(answer.len(), 64);
 }
 
-fn store_config(server: &RedisServer, key_prefix: &str) -> RedisConfig {
+pub(super) fn store_config(server: &RedisServer, key_prefix: &str) -> RedisConfig {
     RedisConfig {
         cluster: false,
         urls: vec![server.url()],
