@@ -111,7 +111,10 @@ impl Runtime {
         );
         let settler = Settler::new(
             &limiter.rules,
-            limiter.stores().memory.clone(),
+            (
+                limiter.stores().memory.clone(),
+                limiter.stores().shared.clone(),
+            ),
             clock.clone(),
             &metrics.settles,
             config.log.access,

@@ -2,7 +2,7 @@
 //! the windows as checked, each window's reset as its check gave it, and where they were
 //! counted. An admitted request carries them to its answer, which settles them.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::limit::WindowCheck;
 use crate::limit::window::{Small, WindowRequest};
@@ -27,6 +27,9 @@ pub(crate) struct Reservation {
 pub(crate) enum Place {
     /// This process's memory store, at the store's `at`.
     Memory { at: Nanos },
+    /// The shared store, by a call sent and answered at these instants: the reservation was
+    /// made between them, on the store's clock.
+    Shared { sent: Instant, replied: Instant },
 }
 
 /// The reservations of the limits among `requests` that have a charge (`charged(group)`) and

@@ -79,10 +79,6 @@ impl SharedStore {
     /// `reserved[i]` says when its reservation was made) by `adjustment`, at the store's time.
     /// A refund forgets the identities' standing denials: what it gave back may let their next
     /// request pass, which only the store can say.
-    #[cfg_attr(
-        not(any(test, feature = "testing")),
-        expect(dead_code, reason = "wired by the settle pipeline")
-    )]
     pub async fn settle(
         &self,
         requests: &[WindowRequest],

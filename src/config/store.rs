@@ -234,20 +234,6 @@ fn ca_file(
 
 /// Redis runs the limits in Lua, whose numbers are doubles: refuse windows whose arithmetic
 /// would leave the exact range, or whose token interval is below Redis' microsecond clock.
-/// Reservations made in Redis are not settled yet: a limit with a charge runs on the memory
-/// store only, and is refused with a Redis store rather than silently never settled.
-pub(super) fn check_redis_charges(limits: &[LimitRule], problems: &mut Problems) {
-    for (i, rule) in limits.iter().enumerate() {
-        if rule.charge.is_some() {
-            problems.push(
-                format!("limits[{i}].charge"),
-                "a limit with a charge needs [store] backend = \"memory\" in this version \
-                 (reservations in Redis are not settled yet)",
-            );
-        }
-    }
-}
-
 pub(super) fn check_redis_arithmetic(limits: &[LimitRule], problems: &mut Problems) {
     for (i, rule) in limits.iter().enumerate() {
         for window in rule.all_windows() {

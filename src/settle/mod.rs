@@ -11,6 +11,7 @@
 //! later requests meet.
 
 mod body;
+mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -19,6 +20,7 @@ use std::sync::Arc;
 use http::{HeaderName, Response};
 
 use crate::admission::reservation::{Place, Reservation};
+use crate::admission::shared::SharedStore;
 use crate::limit::charge::{Answer, AtHead, Charge, SettleFrom};
 use crate::limit::rules::LimitRule;
 use crate::limit::settle::{Adjustment, Reserved};
@@ -29,12 +31,15 @@ use crate::rt::clock::Clock;
 use crate::store::memory::MemoryStore;
 use crate::usage::{self, BodyFormat, UsageError, UsageScanner};
 use body::BodySettle;
+use shared::SharedSettle;
 
 /// Settles reservations against the stores they were made in. One per runtime; a body still
 /// streaming after a reload keeps the one it started with, whose stores the new runtime kept
 /// where their settings did not change.
 pub(crate) struct Settler {
     memory: Arc<MemoryStore>,
+    /// Where reservations made in Redis are settled.
+    shared: Option<SharedStore>,
     clock: Arc<dyn Clock>,
     /// By limit index, as `Reservation::rule`: None for a limit without a charge.
     limits: Box<[Option<Charged>]>,
@@ -60,7 +65,7 @@ pub(crate) struct SettledAtHead {
 impl Settler {
     pub(crate) fn new(
         rules: &[LimitRule],
-        memory: Arc<MemoryStore>,
+        (memory, shared): (Arc<MemoryStore>, Option<SharedStore>),
         clock: Arc<dyn Clock>,
         families: &SettleFamilies,
         log: bool,
@@ -74,6 +79,7 @@ impl Settler {
         };
         Settler {
             memory,
+            shared,
             clock,
             limits: rules.iter().map(charged).collect(),
             log,
@@ -146,25 +152,41 @@ impl Settler {
         self.limits.get(reservation.rule)?.as_ref()
     }
 
-    /// Settles `reservation` at `units`, counted as `outcome`; returns `units`.
+    /// Settles `reservation` at `units`, counted as `outcome` (once the store has it, for the
+    /// shared store); returns `units`.
     fn settle(&self, reservation: &Reservation, units: u64, outcome: SettleOutcome) -> u64 {
         let Some(charged) = self.charged(reservation) else {
             return units;
         };
-        let counters = &charged.counters;
-        counters.settled.inc_by(units);
-        match Adjustment::between(reservation.units, units) {
-            Some(adjustment @ Adjustment::Debt(debt)) => {
-                counters.debt.inc_by(debt);
-                self.apply(reservation, adjustment);
+        let adjustment = Adjustment::between(reservation.units, units);
+        match (adjustment, reservation.place) {
+            (None, _) => count(&charged.counters, units, None, outcome),
+            (Some(adjustment), Place::Memory { at }) => {
+                let reserved: Small<Reserved> = (reservation.resets.iter())
+                    .map(|&reset| Reserved::at(at, reset))
+                    .collect();
+                let now = self.clock.now();
+                self.memory
+                    .settle(&reservation.windows, &reserved, adjustment, now);
+                count(&charged.counters, units, Some(adjustment), outcome);
             }
-            Some(adjustment @ Adjustment::Refund(refund)) => {
-                counters.refunded.inc_by(refund);
-                self.apply(reservation, adjustment);
+            (Some(adjustment), Place::Shared { sent, replied }) => {
+                let Some(shared) = &self.shared else {
+                    return units;
+                };
+                SharedSettle {
+                    shared: shared.clone(),
+                    limit: charged.name.clone(),
+                    windows: reservation.windows.clone(),
+                    reserved: SharedSettle::elapsed(&reservation.resets, sent, replied),
+                    adjustment,
+                    units: (reservation.units, units),
+                    outcome,
+                    counters: charged.counters.clone(),
+                }
+                .spawn();
             }
-            None => {}
         }
-        counters.ended(outcome);
         units
     }
 
@@ -172,20 +194,22 @@ impl Settler {
     fn stands(&self, reservation: &Reservation, outcome: SettleOutcome) -> u64 {
         self.settle(reservation, reservation.units, outcome)
     }
+}
 
-    /// Adjusts the windows `reservation` was counted in.
-    fn apply(&self, reservation: &Reservation, adjustment: Adjustment) {
-        match reservation.place {
-            Place::Memory { at } => {
-                let reserved: Small<Reserved> = (reservation.resets.iter())
-                    .map(|&reset| Reserved::at(at, reset))
-                    .collect();
-                let now = self.clock.now();
-                self.memory
-                    .settle(&reservation.windows, &reserved, adjustment, now);
-            }
-        }
-    }
+/// Counts a reservation that now counts `units`, adjusted by `adjustment`, as `outcome`.
+fn count(
+    counters: &SettleCounters,
+    units: u64,
+    adjustment: Option<Adjustment>,
+    outcome: SettleOutcome,
+) {
+    counters.settled.inc_by(units);
+    match adjustment {
+        Some(Adjustment::Debt(debt)) => counters.debt.inc_by(debt),
+        Some(Adjustment::Refund(refund)) => counters.refunded.inc_by(refund),
+        None => 0,
+    };
+    counters.ended(outcome);
 }
 
 /// How a settle the charge decided at the head is counted: given back, kept, or settled.

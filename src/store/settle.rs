@@ -43,10 +43,6 @@ pub struct ElapsedReservation {
 
 impl ElapsedReservation {
     /// A reservation whose check was sent at `sent` and answered at `replied`, as of `now`.
-    #[cfg_attr(
-        not(any(test, feature = "testing")),
-        expect(dead_code, reason = "wired by the settle pipeline")
-    )]
     pub fn between(sent: Instant, replied: Instant, reset: Duration, now: Instant) -> Self {
         ElapsedReservation {
             since_sent: now.saturating_duration_since(sent),

@@ -1,9 +1,10 @@
 //! The shared store's path: a denial Redis gave earlier that still stands, else one call,
 //! else each limit's `on_error` for the windows the store could not check.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Evaluated, LimitDecision, Limiter};
+use crate::admission::reservation::Place;
 use crate::admission::shared::SharedStore;
 use crate::limit::rules::{OnError, Window};
 use crate::limit::window::{Small, WindowRequest};
@@ -34,10 +35,20 @@ impl Limiter {
                 .iter()
                 .map(|r| &*self.rules[r.group].name)
                 .collect();
+            // Only a route's charged limits need to know when their reservation was made.
+            let sent = self.charged.then(Instant::now);
             let outcome = shared.check_all(requests, &limits).await;
+            let replied = sent.map(|_| Instant::now());
             let Some(error) = outcome.error.clone() else {
                 let checks: Small<WindowCheck> = outcome.checks.into_iter().flatten().collect();
                 let decision = self.decide(requests, origins, &checks, Small::new());
+                let reservations = match sent.zip(replied) {
+                    Some((sent, replied)) => {
+                        let place = |_| Place::Shared { sent, replied };
+                        self.reservations(&decision, requests, &checks, place)
+                    }
+                    None => Vec::new(),
+                };
                 if let LimitDecision::Deny {
                     limit,
                     identity,
@@ -57,7 +68,11 @@ impl Limiter {
                         .map_or(cost, |r| r.cost);
                     shared.denied().remember(*identity, cost, &denial, now);
                 }
-                return decision.into();
+                return Evaluated {
+                    decision,
+                    store_error: None,
+                    reservations,
+                };
             };
             Evaluated {
                 decision: self.fall_back(requests, origins, outcome, &error, now),

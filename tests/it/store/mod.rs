@@ -8,5 +8,6 @@ mod pipe;
 mod redis_store;
 mod settle;
 mod settle_cluster;
+mod settle_gateway;
 mod settle_property;
 mod settle_refused;
