@@ -179,7 +179,7 @@ impl Runtime {
 }
 
 /// The canonical form settings of `config`. Trailers never carry a field its limits or plans
-/// key on.
+/// key on, nor one naming the client that a head would lose (`[client_ip] remove_fields`).
 fn canonical_policy(config: &Config) -> canonical::Policy {
     let plans_key = config.plans.as_ref().map(|plans| &plans.key);
     let keys: Vec<HeaderName> = (config.limits.iter())
@@ -189,6 +189,7 @@ fn canonical_policy(config: &Config) -> canonical::Policy {
             KeyPart::Header(name) => Some(name.clone()),
             _ => None,
         })
+        .chain(config.client_ip.fields.removed().cloned())
         .collect();
     let underscores = config.server.underscores;
     canonical::Policy {

@@ -5,6 +5,7 @@
 
 mod charge;
 mod checks;
+mod client_fields;
 mod defaults;
 mod document;
 mod duration;
