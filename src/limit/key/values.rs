@@ -12,7 +12,7 @@ use crate::http1::request_fields::{Repeated, RequestFields};
 
 /// The value of the query parameter `name`, names and values decoded as
 /// `application/x-www-form-urlencoded` (and `%uXXXX`), pairs separated by `&` or `;`.
-pub(super) fn query_value<'q>(
+pub(crate) fn query_value<'q>(
     query: &'q str,
     name: &str,
 ) -> Result<Option<Cow<'q, [u8]>>, Repeated> {
@@ -24,7 +24,7 @@ pub(super) fn query_value<'q>(
 /// unquoted (RFC 6265 §4.1.1, and backslash escapes inside the quotes) and `%XX` decoded.
 /// None when it is empty once unquoted (`session=""`): upstreams read that as no session,
 /// so counting it would let a client spend a bucket nobody owns.
-pub(super) fn cookie_value<'h>(
+pub(crate) fn cookie_value<'h>(
     fields: &'h RequestFields,
     name: &str,
 ) -> Result<Option<Cow<'h, [u8]>>, Repeated> {
