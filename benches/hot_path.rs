@@ -81,7 +81,6 @@ fn header_walk(c: &mut Criterion) {
         trusted_proxies: IpSet::new(["10.0.0.0/8".parse().unwrap()]),
         header: ForwardHeader::XForwardedFor,
         ipv6_prefix: 64,
-        ..ClientIpPolicy::default()
     };
     let mut headers = HeaderMap::new();
     headers.insert(

@@ -23,12 +23,15 @@ const GATEWAY_OWN: &[&str] = &[
     "x-request-id",
 ];
 
-/// The `ClientFields` of `[client_ip]`, whose `header` is `source`.
+/// The `ClientFields` of `[client_ip]` (none: the defaults), whose `header` is `source`.
 pub(super) fn client_fields(
-    raw: &RawClientIp,
+    raw: Option<&RawClientIp>,
     source: ForwardHeader,
     problems: &mut Problems,
 ) -> ClientFields {
+    let Some(raw) = raw else {
+        return ClientFields::default();
+    };
     let writes = Writes {
         x_real_ip: raw.set_x_real_ip.unwrap_or(false),
         forwarded: raw.set_forwarded.unwrap_or(false),

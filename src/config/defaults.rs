@@ -111,7 +111,7 @@ fn client_ip(raw: &mut Map<String, Value>, config: &Config) {
     put(raw, "trusted_proxies", json!([]));
     // Only when the file left it out, so the list in force is then the default one.
     put(raw, "remove_fields", json!(REMOVED_BY_DEFAULT));
-    let writes = config.client_ip.fields.writes;
+    let writes = config.client_fields.writes;
     put(raw, "set_x_real_ip", json!(writes.x_real_ip));
     put(raw, "set_forwarded", json!(writes.forwarded));
 }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 
-use super::client_fields;
 use super::duration::parse_rate;
 use super::problems::{Problems, echo};
 use super::raw::{RawClientIp, RawEdge, RawEdgeOverride};
@@ -67,7 +66,6 @@ pub(super) fn client_ip(raw: Option<&RawClientIp>, problems: &mut Problems) -> C
         trusted_proxies,
         header,
         ipv6_prefix,
-        fields: Arc::new(client_fields::client_fields(raw, header, problems)),
     }
 }
 

@@ -148,7 +148,7 @@ fn proxy<'r>(
             peer: &client.peer_header,
             peer_trusted: client_ip.peer_trusted,
             client_ip: client_ip.ip,
-            client_fields: &runtime.client_ip.fields,
+            client_fields: &runtime.client_fields,
             proto: client.proto,
             request_id,
             plain_answer: !reservations.is_empty() && runtime.settler.reads_body(&reservations),

@@ -4,13 +4,11 @@
 //! wrote, so they are only used when every hop is trusted.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
-use std::sync::Arc;
 
 use http::HeaderName;
 
 use crate::http1::fields::visible_text;
 use crate::http1::request_fields::RequestFields;
-use crate::request::client_fields::ClientFields;
 use crate::request::ip_set::IpSet;
 
 /// At most this many header entries are examined, whatever the client sends.
@@ -40,8 +38,6 @@ pub struct ClientIpPolicy {
     pub header: ForwardHeader,
     /// IPv6 clients are grouped per prefix of this length for every IP-based key.
     pub ipv6_prefix: u8,
-    /// The fields naming the client on a request's way upstream; shared by every request.
-    pub fields: Arc<ClientFields>,
 }
 
 impl Default for ClientIpPolicy {
@@ -50,7 +46,6 @@ impl Default for ClientIpPolicy {
             trusted_proxies: IpSet::default(),
             header: ForwardHeader::XForwardedFor,
             ipv6_prefix: 64,
-            fields: Arc::default(),
         }
     }
 }

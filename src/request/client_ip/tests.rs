@@ -16,7 +16,6 @@ fn policy(trusted: &[&str], header: ForwardHeader) -> ClientIpPolicy {
         trusted_proxies: IpSet::new(trusted.iter().map(|t| t.parse().unwrap())),
         header,
         ipv6_prefix: 64,
-        ..ClientIpPolicy::default()
     }
 }
 

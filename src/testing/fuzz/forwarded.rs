@@ -43,7 +43,6 @@ pub fn forwarded(bytes: &[u8]) {
         trusted_proxies: IpSet::new(blocks),
         header,
         ipv6_prefix: 64,
-        ..ClientIpPolicy::default()
     };
     let resolved = resolve(&policy, peer, &lines);
     let trusted = |ip| policy.trusted_proxies.contains(ip);
