@@ -17,6 +17,7 @@ use crate::config::{Config, DeniedLines, ResponseStyle};
 use crate::limit::key::KeyPart;
 use crate::metrics::{LimitCounters, Metrics, RouteMetrics, UpstreamMetrics};
 use crate::request::canonical::{self, TrailerFilter};
+use crate::request::client_fields::ClientFields;
 use crate::request::client_ip::ClientIpPolicy;
 use crate::request::route::Router;
 use crate::rt::clock::Clock;
@@ -34,6 +35,8 @@ pub(crate) struct Runtime {
     pub upstreams: Vec<Arc<UpstreamPool>>,
     pub max_header_bytes: usize,
     pub client_ip: ClientIpPolicy,
+    /// Which of a client's fields naming it go upstream; shared by every request.
+    pub client_fields: Arc<ClientFields>,
     pub edge: Option<EdgeLayer>,
     pub limiter: Limiter,
     /// Settles what the limits with a charge reserved, by the answers.
@@ -130,6 +133,7 @@ impl Runtime {
             upstreams: upstreams?,
             max_header_bytes: config.server.max_header_bytes,
             client_ip: config.client_ip.clone(),
+            client_fields: config.client_fields.clone(),
             edge: config
                 .edge
                 .clone()
@@ -182,7 +186,7 @@ impl Runtime {
 }
 
 /// The canonical form settings of `config`. Trailers never carry a field its limits or plans
-/// key on.
+/// key on, nor one naming the client that a head would lose (`[client_ip] remove_fields`).
 fn canonical_policy(config: &Config) -> canonical::Policy {
     let plans_key = config.plans.as_ref().map(|plans| &plans.key);
     let keys: Vec<HeaderName> = (config.limits.iter())
@@ -192,6 +196,7 @@ fn canonical_policy(config: &Config) -> canonical::Policy {
             KeyPart::Header(name) => Some(name.clone()),
             _ => None,
         })
+        .chain(config.client_fields.removed().cloned())
         .collect();
     let underscores = config.server.underscores;
     canonical::Policy {

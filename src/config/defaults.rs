@@ -11,6 +11,7 @@ use super::rates::format_per;
 use crate::limit::key::Missing;
 use crate::limit::rules::{Consistency, OnError, Tier, Window};
 use crate::request::canonical::{EscapedSlashes, Underscores};
+use crate::request::client_fields::REMOVED_BY_DEFAULT;
 use crate::request::client_ip::ForwardHeader;
 
 /// Fills the absent keys of `document` (the file as JSON) with `config`'s values.
@@ -108,6 +109,11 @@ fn client_ip(raw: &mut Map<String, Value>, config: &Config) {
     put(raw, "header", json!(header));
     put(raw, "ipv6_prefix", json!(config.client_ip.ipv6_prefix));
     put(raw, "trusted_proxies", json!([]));
+    // Only when the file left it out, so the list in force is then the default one.
+    put(raw, "remove_fields", json!(REMOVED_BY_DEFAULT));
+    let writes = config.client_fields.writes;
+    put(raw, "set_x_real_ip", json!(writes.x_real_ip));
+    put(raw, "set_forwarded", json!(writes.forwarded));
 }
 
 fn store(raw: &mut Map<String, Value>, config: &Config) {
@@ -266,6 +272,8 @@ tiers = { pro = [{ limit = 1000, per = "1m" }] }
         assert_eq!(shown["server"]["underscores_in_headers"], "drop");
         assert_eq!(shown["client_ip"]["header"], "x-forwarded-for");
         assert_eq!(shown["client_ip"]["ipv6_prefix"], 64);
+        assert_eq!(shown["client_ip"]["remove_fields"][0], "forwarded");
+        assert_eq!(shown["client_ip"]["set_forwarded"], false);
         assert_eq!(shown["store"]["backend"], "memory");
         assert_eq!(shown["store"]["on_error"], "local");
         assert_eq!(shown["log"]["denied"], "all");

@@ -5,6 +5,7 @@
 
 mod charge;
 mod checks;
+mod client_fields;
 mod defaults;
 mod document;
 mod duration;
@@ -34,6 +35,7 @@ use std::time::Duration;
 use crate::admission::edge::EdgePolicy;
 use crate::limit::rules::{LimitRule, OnError, Plans};
 use crate::request::canonical::{EscapedSlashes, Underscores};
+use crate::request::client_fields::ClientFields;
 use crate::request::client_ip::ClientIpPolicy;
 pub(crate) use crate::store::redis::RedisConfig;
 use crate::tls::upstream::UpstreamTls;
@@ -51,6 +53,8 @@ pub struct Config {
     pub source: String,
     pub server: ServerConfig,
     pub client_ip: ClientIpPolicy,
+    /// `[client_ip]`'s fields naming the client on a request's way upstream.
+    pub client_fields: Arc<ClientFields>,
     pub ip_lists: IpLists,
     /// `None` when there is no `[edge]` section: no per-IP layer.
     pub edge: Option<EdgePolicy>,

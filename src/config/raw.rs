@@ -210,6 +210,9 @@ pub(super) struct RawClientIp {
     pub trusted_proxies: Option<Vec<String>>,
     pub header: Option<String>,
     pub ipv6_prefix: Option<i64>,
+    pub remove_fields: Option<Vec<String>>,
+    pub set_x_real_ip: Option<bool>,
+    pub set_forwarded: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

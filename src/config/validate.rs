@@ -3,13 +3,14 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::problems::{Problems, echo};
 use super::raw::{RawAdmin, RawConfig, RawRoute, RawUpstream};
 use super::server::{log_config, server};
 use super::upstreams::upstream;
 use super::{Config, ConfigError, RouteConfig, UpstreamConfig};
-use super::{limits, network, overlaps, plans, requests, response, store, tls};
+use super::{client_fields, limits, network, overlaps, plans, requests, response, store, tls};
 use crate::limit::rules::LimitRule;
 
 pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigError> {
@@ -18,6 +19,8 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
     let mut server = server(&raw.server, &mut problems);
     server.tls = tls::listeners(&raw.server.tls, base_dir, &mut problems);
     let client_ip = network::client_ip(raw.client_ip.as_ref(), &mut problems);
+    let client_fields =
+        client_fields::client_fields(raw.client_ip.as_ref(), client_ip.header, &mut problems);
     let ip_lists = network::ip_lists(raw.ip_lists.as_ref(), base_dir, &mut problems);
     let edge = network::edge(raw.edge.as_ref(), &ip_lists, &mut problems);
     let admin = raw
@@ -74,6 +77,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         source: source.to_string(),
         server,
         client_ip,
+        client_fields: Arc::new(client_fields),
         ip_lists,
         edge,
         store,

@@ -239,4 +239,4 @@ fn write_field(hasher: &mut SipHasher13, tag: u8, bytes: &[u8]) {
 
 #[cfg(test)]
 mod tests;
-mod values;
+pub(crate) mod values;

@@ -147,6 +147,8 @@ fn proxy<'r>(
         let forwarded = Forwarded {
             peer: &client.peer_header,
             peer_trusted: client_ip.peer_trusted,
+            client_ip: client_ip.ip,
+            client_fields: &runtime.client_fields,
             proto: client.proto,
             request_id,
             plain_answer: !reservations.is_empty() && runtime.settler.reads_body(&reservations),

@@ -23,7 +23,7 @@ pub enum ForwardHeader {
 }
 
 impl ForwardHeader {
-    fn name(self) -> HeaderName {
+    pub(crate) fn name(self) -> HeaderName {
         match self {
             ForwardHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
             ForwardHeader::Forwarded => HeaderName::from_static("forwarded"),

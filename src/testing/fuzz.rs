@@ -19,6 +19,7 @@ use crate::upstream::headers::{Role, role};
 
 mod config;
 mod forwarded;
+mod key_values;
 pub mod request_head;
 mod resp_reply;
 mod response_head;
@@ -26,6 +27,7 @@ mod usage_scan;
 
 pub use config::config;
 pub use forwarded::forwarded;
+pub use key_values::key_values;
 pub use request_head::request_head;
 pub use resp_reply::resp_reply;
 pub use response_head::response_head;
@@ -35,7 +37,7 @@ pub use usage_scan::usage_scan;
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every target in `fuzz/`.
-pub const TARGETS: [Target; 9] = [
+pub const TARGETS: [Target; 10] = [
     ("canonical_path", path),
     ("canonical_host", host),
     ("canonical_request", request),
@@ -45,6 +47,7 @@ pub const TARGETS: [Target; 9] = [
     ("forwarded_walk", forwarded),
     ("config", config),
     ("usage_scan", usage_scan),
+    ("key_values", key_values),
 ];
 
 /// One event loop for every input of a run, for the targets that drive hyper over an

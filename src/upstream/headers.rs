@@ -1,5 +1,10 @@
 //! Header rewriting between client and upstream: hop-by-hop headers (RFC 9110 §7.6.1) never
-//! cross the proxy, and the upstream learns who asked through X-Forwarded-*.
+//! cross the proxy, and the upstream learns who asked through X-Forwarded-* (and X-Real-IP
+//! and Forwarded when configured); a client's other claims of who it is never cross
+//! (`request::client_fields`).
+
+use std::net::IpAddr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -8,6 +13,7 @@ use crate::http1::encode::SenderFields;
 use crate::http1::fields::visible_text;
 pub(crate) use crate::http1::fields::{Role, list_items, role};
 use crate::http1::request_fields::RequestFields;
+use crate::request::client_fields::ClientFields;
 use crate::request::id::{RequestId, X_REQUEST_ID};
 
 pub(crate) const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -21,6 +27,11 @@ pub(crate) struct Forwarded<'a> {
     /// A trusted proxy's X-Forwarded-For is extended; anyone else's is replaced, so upstreams
     /// never see addresses a client made up.
     pub peer_trusted: bool,
+    /// The client address the limiter counted, for the X-Real-IP and Forwarded the gateway
+    /// writes when configured.
+    pub client_ip: IpAddr,
+    /// Which of the client's fields naming it are left out, and which the gateway writes.
+    pub client_fields: &'a Arc<ClientFields>,
     pub proto: &'static str,
     pub request_id: &'a RequestId,
     /// The answer's body is read for the usage a limit settles by: it is asked for without a
@@ -44,26 +55,31 @@ pub(crate) struct SetFields {
     pub request_id: Option<RequestId>,
     /// The protocol of an upgrade the client asked for (with `Connection: upgrade`).
     pub upgrade: Option<HeaderValue>,
-    /// The peer is a trusted proxy: its `Forwarded` and `X-Real-IP` say who the client is.
+    /// The peer is a trusted proxy: the configured client-IP field it sent goes on.
     pub peer_trusted: bool,
+    /// The client's fields naming it that are left out, and those the gateway writes with
+    /// `client_ip`. None (a health check): only the fields above replace the request's.
+    pub client_fields: Option<Arc<ClientFields>>,
+    pub client_ip: Option<IpAddr>,
     /// `Accept-Encoding: identity` in place of the client's (`Forwarded::plain_answer`).
     pub plain_answer: bool,
 }
 
 impl SenderFields for SetFields {
-    /// True for a client field that the gateway's own replace, or (from a peer that is not a
-    /// trusted proxy) another claim of who the client is: whatever a client says about who
-    /// forwarded it never reaches the upstream unchecked.
+    /// True for a client field that the gateway's own replace, or another claim of who the
+    /// client is or what it first asked (`ClientFields`): whatever a client says about who
+    /// forwarded it never reaches the upstream unchecked. One length-bucketed lookup each.
     fn leaves_out(&self, name: &[u8]) -> bool {
         let is = |known: &str| name.eq_ignore_ascii_case(known.as_bytes());
-        match name.len() {
+        let own = match name.len() {
             12 => is(X_REQUEST_ID.as_str()),
             15 => is(X_FORWARDED_FOR.as_str()) || (self.plain_answer && is("accept-encoding")),
             16 => is(X_FORWARDED_HOST.as_str()),
             17 => is(X_FORWARDED_PROTO.as_str()),
-            9 => !self.peer_trusted && (is("forwarded") || is("x-real-ip")),
             _ => false,
-        }
+        };
+        own || (self.client_fields.as_ref())
+            .is_some_and(|fields| fields.leaves_out(name, self.peer_trusted))
     }
 
     /// Writes the Host line, which goes first (RFC 9110 §7.2 recommends it).
@@ -80,9 +96,20 @@ impl SenderFields for SetFields {
     /// once: a `HeaderName` apiece, its `: ` and the line end apart, cost a third more.
     fn encode(&self, buf: &mut Vec<u8>) {
         let client_host = self.host.as_ref().filter(|_| self.forward_host);
-        let lines: [(&[u8], Option<&[u8]>); 7] = [
+        // Formatted on the stack: a request that carries them allocates nothing more.
+        let (mut real_ip, mut forwarded) = ([0; 64], [0; 64]);
+        let (real_ip, forwarded) = match (&self.client_fields, self.client_ip) {
+            (Some(fields), Some(ip)) => (
+                fields.x_real_ip(ip, &mut real_ip),
+                fields.forwarded(ip, &mut forwarded),
+            ),
+            _ => (None, None),
+        };
+        let lines: [(&[u8], Option<&[u8]>); 9] = [
             (b"\r\nx-forwarded-host: ", client_host.map(|host| &host[..])),
             (b"\r\nx-forwarded-for: ", bytes(&self.forwarded_for)),
+            (b"\r\nx-real-ip: ", real_ip),
+            (b"\r\nforwarded: ", forwarded),
             (
                 b"\r\nx-forwarded-proto: ",
                 self.forwarded_proto.map(str::as_bytes),
@@ -135,6 +162,8 @@ pub(crate) fn to_upstream(
     };
     SetFields {
         peer_trusted: forwarded.peer_trusted,
+        client_fields: Some(forwarded.client_fields.clone()),
+        client_ip: Some(forwarded.client_ip),
         forward_host: host.is_some(),
         host,
         forwarded_for: Some(forwarded_for),
@@ -162,220 +191,4 @@ fn forwarded_for_chain(fields: &RequestFields, peer: &HeaderValue) -> HeaderValu
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http1::encode::encode_request_head;
-    use crate::http1::fields::strip_hop_by_hop;
-    use crate::request::canonical::wants_upgrade;
-    use http::HeaderMap;
-    use http::header::UPGRADE;
-
-    use crate::http1::request_fields::tests::map_of as headers;
-
-    #[test]
-    fn strips_the_fixed_set_the_connection_list_and_proxy_headers() {
-        let mut map = headers(&[
-            ("connection", "keep-alive, X-Secret"),
-            ("keep-alive", "timeout=5"),
-            ("x-secret", "1"),
-            ("te", "trailers"),
-            ("trailer", "x-sum"),
-            ("transfer-encoding", "chunked"),
-            ("upgrade", "h2c"),
-            ("proxy-authorization", "Basic x"),
-            ("proxy-connection", "keep-alive"),
-            ("accept", "*/*"),
-        ]);
-        strip_hop_by_hop(&mut map);
-        assert_eq!(map.len(), 1, "{map:?}");
-        assert_eq!(map["accept"], "*/*");
-    }
-
-    #[test]
-    fn a_role_of_its_own_is_the_role_of_that_name_alone() {
-        let names = [
-            "host",
-            "connection",
-            "upgrade",
-            "content-length",
-            "transfer-encoding",
-            "te",
-            "keep-alive",
-            "proxy-authorization",
-            "x-host",
-            "accept",
-        ];
-        for name in names.map(HeaderName::from_static) {
-            let own = Role::only_of(&name);
-            let shared = names
-                .iter()
-                .filter(|other| role(other.as_bytes()) == role(name.as_ref()));
-            match own {
-                Some(own) => {
-                    assert_eq!(own, role(name.as_ref()), "{name}");
-                    assert_eq!(shared.count(), 1, "{name}");
-                }
-                None => assert!(
-                    matches!(role(name.as_ref()), Role::EndToEnd | Role::HopByHop),
-                    "{name}"
-                ),
-            }
-        }
-    }
-
-    /// `pairs` as hyper's map and as the own server's lines.
-    fn both(pairs: &[(&str, &str)]) -> [RequestFields; 2] {
-        let map = headers(pairs);
-        let lines = crate::http1::request_fields::tests::lines_like(&map);
-        [RequestFields::Map(map), lines]
-    }
-
-    /// The fields as the upstream receives them, through the request head encoder.
-    fn as_sent(fields: &RequestFields, set: &SetFields) -> HeaderMap {
-        let get = crate::upstream::exchange::UpstreamHead::get("/");
-        let mut head = Vec::new();
-        encode_request_head(&mut head, &get.method, &get.target, fields, set, None);
-        let mut fields = [httparse::EMPTY_HEADER; 32];
-        let mut request = httparse::Request::new(&mut fields);
-        assert!(request.parse(&head).unwrap().is_complete());
-        let mut sent = HeaderMap::new();
-        for field in request.headers.iter() {
-            sent.append(
-                HeaderName::from_bytes(field.name.as_bytes()).unwrap(),
-                HeaderValue::from_bytes(field.value).unwrap(),
-            );
-        }
-        sent
-    }
-
-    #[test]
-    fn sets_forwarded_headers_and_appends_the_peer() {
-        for map in both(&[
-            ("x-forwarded-for", "203.0.113.1"),
-            ("x-forwarded-for", "10.0.0.1"),
-            ("x-forwarded-proto", "ftp"),
-            ("x-forwarded-host", "spoofed.example"),
-            ("x-request-id", "client-id"),
-        ]) {
-            forwarded_fields_are_set(map);
-        }
-    }
-
-    /// Who asked, over plain HTTP: `peer`'s request `id`, from a peer trusted or not.
-    fn asked_by<'a>(peer: &'a HeaderValue, id: &'a RequestId, trusted: bool) -> Forwarded<'a> {
-        Forwarded {
-            peer,
-            peer_trusted: trusted,
-            proto: "http",
-            request_id: id,
-            plain_answer: false,
-        }
-    }
-
-    fn forwarded_fields_are_set(mut map: RequestFields) {
-        let id = RequestId::Kept(HeaderValue::from_static("id-1"));
-        let peer = HeaderValue::from_static("127.0.0.1");
-        let forwarded = asked_by(&peer, &id, true);
-        let host = Some(Bytes::from_static(b"api.example.com"));
-        let from_untrusted = map.clone();
-        map.strip_hop_by_hop();
-        let set = to_upstream(&map, &forwarded, host.clone(), None);
-        let sent = as_sent(&map, &set);
-        assert_eq!(sent["x-forwarded-for"], "203.0.113.1, 10.0.0.1, 127.0.0.1");
-        let untrusted = Forwarded {
-            peer_trusted: false,
-            ..forwarded
-        };
-        let set = to_upstream(&from_untrusted, &untrusted, host, None);
-        let sent_untrusted = as_sent(&from_untrusted, &set);
-        assert_eq!(sent_untrusted["x-forwarded-for"], "127.0.0.1");
-        for sent in [&sent, &sent_untrusted] {
-            assert_eq!(sent.get_all("x-forwarded-for").iter().count(), 1);
-            assert_eq!(sent.get_all("x-forwarded-proto").iter().count(), 1);
-            assert_eq!(sent["x-forwarded-proto"], "http");
-            assert_eq!(sent["x-forwarded-host"], "api.example.com");
-            assert_eq!(sent["host"], "api.example.com");
-            assert_eq!(sent["x-request-id"], "id-1");
-        }
-    }
-
-    #[test]
-    fn an_answer_read_for_usage_is_asked_for_without_a_content_coding() {
-        let id = RequestId::Kept(HeaderValue::from_static("id"));
-        let peer = HeaderValue::from_static("192.0.2.7");
-        let client = [
-            ("accept-encoding", "gzip, br"),
-            ("Accept-Encoding", "zstd"),
-            ("ACCEPT-ENCODING", "identity;q=0"),
-        ];
-        for fields in both(&client) {
-            let plain = Forwarded {
-                plain_answer: true,
-                ..asked_by(&peer, &id, false)
-            };
-            let sent = as_sent(&fields, &to_upstream(&fields, &plain, None, None));
-            let codings: Vec<_> = sent.get_all("accept-encoding").iter().collect();
-            assert_eq!(codings, ["identity"]);
-            // Otherwise the client's own go upstream as they are.
-            let asked = asked_by(&peer, &id, false);
-            let sent = as_sent(&fields, &to_upstream(&fields, &asked, None, None));
-            assert_eq!(sent.get_all("accept-encoding").iter().count(), 3);
-        }
-    }
-
-    #[test]
-    fn the_host_asked_for_goes_first_and_is_repeated_in_x_forwarded_host() {
-        let id = RequestId::Kept(HeaderValue::from_static("id"));
-        let peer = HeaderValue::from_static("192.0.2.7");
-        let forwarded = Forwarded {
-            proto: "https",
-            ..asked_by(&peer, &id, false)
-        };
-        for fields in both(&[("accept", "*/*")]) {
-            let host = Bytes::from_static(b"api.example.com:8443");
-            let set = to_upstream(&fields, &forwarded, Some(host), None);
-            let get = crate::upstream::exchange::UpstreamHead::get("/");
-            let mut head = Vec::new();
-            encode_request_head(&mut head, &get.method, &get.target, &fields, &set, None);
-            let text = String::from_utf8(head).unwrap();
-            assert!(
-                text.starts_with("GET / HTTP/1.1\r\nhost: api.example.com:8443\r\n"),
-                "{text}"
-            );
-            let sent = as_sent(&fields, &set);
-            assert_eq!(sent.get_all("host").iter().count(), 1);
-            assert_eq!(sent["x-forwarded-host"], "api.example.com:8443");
-            let unnamed = to_upstream(&fields, &forwarded, None, None);
-            let sent = as_sent(&fields, &unnamed);
-            assert!(!sent.contains_key("host") && !sent.contains_key("x-forwarded-host"));
-        }
-    }
-
-    #[test]
-    fn upgrade_is_detected_and_kept_when_asked() {
-        let asking = both(&[
-            ("connection", "keep-alive, Upgrade"),
-            ("upgrade", "websocket"),
-        ]);
-        for map in asking {
-            upgrade_is_kept(map);
-        }
-        for fields in both(&[("upgrade", "websocket")]) {
-            assert!(!wants_upgrade(&fields));
-        }
-    }
-
-    fn upgrade_is_kept(mut map: RequestFields) {
-        assert!(wants_upgrade(&map));
-        let id = RequestId::Kept(HeaderValue::from_static("id"));
-        let peer = HeaderValue::from_static("::1");
-        let forwarded = asked_by(&peer, &id, false);
-        let protocol = map.value(&UPGRADE);
-        map.strip_hop_by_hop();
-        let set = to_upstream(&map, &forwarded, None, protocol);
-        let sent = as_sent(&map, &set);
-        assert_eq!(sent["connection"], "upgrade");
-        assert_eq!(sent["upgrade"], "websocket");
-        assert_eq!(sent.get_all("connection").iter().count(), 1);
-    }
-}
+mod tests;

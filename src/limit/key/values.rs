@@ -12,7 +12,7 @@ use crate::http1::request_fields::{Repeated, RequestFields};
 
 /// The value of the query parameter `name`, names and values decoded as
 /// `application/x-www-form-urlencoded` (and `%uXXXX`), pairs separated by `&` or `;`.
-pub(super) fn query_value<'q>(
+pub(crate) fn query_value<'q>(
     query: &'q str,
     name: &str,
 ) -> Result<Option<Cow<'q, [u8]>>, Repeated> {
@@ -22,7 +22,9 @@ pub(super) fn query_value<'q>(
 
 /// The cookie called `name` across Cookie lines, pairs separated by `;` or `,`, its value
 /// unquoted (RFC 6265 §4.1.1, and backslash escapes inside the quotes) and `%XX` decoded.
-pub(super) fn cookie_value<'h>(
+/// None when it is empty once unquoted (`session=""`): upstreams read that as no session,
+/// so counting it would let a client spend a bucket nobody owns.
+pub(crate) fn cookie_value<'h>(
     fields: &'h RequestFields,
     name: &str,
 ) -> Result<Option<Cow<'h, [u8]>>, Repeated> {
@@ -30,10 +32,11 @@ pub(super) fn cookie_value<'h>(
         .flat_map(|line| line.split(|&b| b == b';' || b == b','))
         .map(<[u8]>::trim_ascii);
     let value = only_one(pairs, name, |text| decoded(text, false))?;
-    Ok(value.map(|value| match unquoted(&value) {
+    let value = value.map(|value| match unquoted(&value) {
         Some(unquoted) => Cow::Owned(unquoted),
         None => value,
-    }))
+    });
+    Ok(value.filter(|value| !value.is_empty()))
 }
 
 /// The decoded value of the one pair of `pairs` whose decoded name is `name`; None when there
@@ -155,7 +158,10 @@ mod tests {
             ("key=%zz%4%u12", Some("%zz%4%u12")),
             ("x=1;key=abc", Some("abc")),
             ("key=", None),
+            ("key= ", None),
             ("key", None),
+            // Quotes are the value to a query parser: only cookies are unquoted.
+            ("key=\"\"", Some("\"\"")),
             ("other=key", None),
         ] {
             assert_eq!(query(text), Ok(expected.map(str::to_string)), "{text}");
@@ -184,6 +190,12 @@ mod tests {
             ("Cookie: session=a+b", Some("a+b")),
             ("Cookie: session=abc; t=\u{e9}", Some("abc")),
             ("Cookie: session=", None),
+            ("Cookie: session=\"\"", None),
+            ("Cookie: session= \"\" ", None),
+            ("Cookie: session=%22%22", None),
+            ("Cookie: session=\"x\"", Some("x")),
+            ("Cookie: session=\"", Some("\"")),
+            ("Cookie: session=\" \"", Some(" ")),
             ("Cookie: sessions=abc", None),
         ] {
             assert_eq!(cookie(lines), Ok(expected.map(str::to_string)), "{lines}");
@@ -193,6 +205,7 @@ mod tests {
             "Cookie: session=a\r\nCookie: session=b",
             "Cookie: session=a, session=b",
             "Cookie: session=a; s%65ssion=b",
+            "Cookie: session=\"\"; session=b",
         ] {
             assert_eq!(cookie(lines), Err(Repeated), "{lines}");
         }

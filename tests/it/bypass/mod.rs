@@ -1,3 +1,4 @@
 mod fields;
+mod identity;
 mod paths;
 mod protocols;
