@@ -6,7 +6,7 @@
 #
 #   benches/callgrind.sh                     # (a) proxy only, 2000 requests
 #   SCENARIO=d N=3000 benches/callgrind.sh   # compare.sh's scenarios by name: a, b (edge layer),
-#                                            # c (edge + two memory limits), d (the same limits in
+#                                            # c (edge + two memory limits), s (c, one settled), d (the same limits in
 #                                            # a redis-server of its own), denial (one limit, 429)
 #   BIN=/tmp/other-build SCENARIO=c benches/callgrind.sh   # the same for another build
 #   N=5000 EXTRA='[edge]\nrate = "1000000/s"' benches/callgrind.sh   # tables after [server]

@@ -229,6 +229,7 @@ DENYING_LIMIT=$'limits = ["flood"]\n[[limits]]\nname = "flood"\nkey = ["header:x
 
 # scenario_config NAME: sets SCENARIO_TABLES (after [server]) and SCENARIO_ROUTE (keys of the
 # route, then more tables) for a (proxy only), b (edge layer), c (edge + two memory limits),
+# s (c with one of them settled by a response header),
 # d (the same limits in a redis-server of the script's own, started here) or denial (one
 # limit that denies); fails for any other name.
 scenario_config() {
@@ -236,6 +237,7 @@ scenario_config() {
     a) SCENARIO_TABLES=""; SCENARIO_ROUTE="" ;;
     b) SCENARIO_TABLES=$EDGE; SCENARIO_ROUTE="" ;;
     c) SCENARIO_TABLES=$EDGE$'\n'$MEMORY_STORE; SCENARIO_ROUTE=$TWO_LIMITS ;;
+    s) SCENARIO_TABLES=$EDGE$'\n'$MEMORY_STORE; SCENARIO_ROUTE=$SETTLED_LIMITS ;;
     d) ensure_tools redis-server; start_redis
        SCENARIO_TABLES=$EDGE$'\n'$(redis_store "$REDIS_PORT"); SCENARIO_ROUTE=$TWO_LIMITS ;;
     denial) SCENARIO_TABLES=""; SCENARIO_ROUTE=$DENYING_LIMIT ;;

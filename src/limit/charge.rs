@@ -82,8 +82,34 @@ pub struct Refund {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Answer {
     pub status: u16,
-    /// The gateway made it because no upstream answered.
-    pub upstream_error: bool,
+    pub from: AnsweredBy,
+}
+
+/// Who made an answer, and what the upstream may have done with the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnsweredBy {
+    /// An upstream's answer: its status and fields are the upstream's word.
+    Upstream,
+    /// Made here, and no upstream received the request (no healthy server, a connection or
+    /// TLS handshake that failed): nothing was done.
+    NotSent,
+    /// Made here once the request may have reached an upstream: it did not answer in time or
+    /// broke off (`upstream_error`), or the client's own body failed. What the upstream did is
+    /// not known.
+    Unknown { upstream_error: bool },
+}
+
+impl Answer {
+    /// No upstream answered: the gateway's own 502, 503 or 504 (a `refund`'s `upstream_error`).
+    fn upstream_error(&self) -> bool {
+        matches!(
+            self.from,
+            AnsweredBy::NotSent
+                | AnsweredBy::Unknown {
+                    upstream_error: true
+                }
+        )
+    }
 }
 
 /// What a charge makes of an answer's head.
@@ -99,12 +125,23 @@ pub enum AtHead {
 
 impl Charge {
     /// What the reservation of `reserved` units becomes, as far as the head of `answer` tells.
+    /// Statuses are judged only on an upstream's answer: one the gateway made after the request
+    /// may have reached the upstream (a client body that broke mid-way, a timeout) keeps the
+    /// reservation, as what the upstream did with it is not known.
     pub fn at_head(&self, answer: Answer, reserved: u64) -> AtHead {
+        let upstream = answer.from == AnsweredBy::Upstream;
         if let Some(refund) = &self.refund
-            && ((refund.upstream_error && answer.upstream_error)
-                || refund.statuses.contains(answer.status))
+            && ((refund.upstream_error && answer.upstream_error())
+                || (upstream && refund.statuses.contains(answer.status)))
         {
             return AtHead::Settle(0);
+        }
+        match answer.from {
+            AnsweredBy::Upstream => {}
+            // Nothing was done: a failed attempt is no failure of what the statuses count.
+            AnsweredBy::NotSent if self.statuses.is_some() => return AtHead::Settle(0),
+            // No usage to read either way: what was reserved stands.
+            AnsweredBy::NotSent | AnsweredBy::Unknown { .. } => return AtHead::Settle(reserved),
         }
         if let Some(statuses) = &self.statuses
             && !statuses.contains(answer.status)
@@ -112,8 +149,6 @@ impl Charge {
             return AtHead::Settle(0);
         }
         match &self.settle {
-            // The gateway's own answers report no usage: what was reserved stands.
-            Some(_) if answer.upstream_error => AtHead::Settle(reserved),
             Some(SettleFrom::Header(name)) => AtHead::Header(name.clone()),
             Some(SettleFrom::Body(fields)) => AtHead::Body(fields.clone()),
             None => AtHead::Settle(reserved),
@@ -134,11 +169,14 @@ mod tests {
         )
     }
 
+    /// An upstream's answer, or (`upstream_error`) the gateway's when no upstream answered
+    /// after the request was sent.
     fn answer(status: u16, upstream_error: bool) -> Answer {
-        Answer {
-            status,
-            upstream_error,
-        }
+        let from = match upstream_error {
+            false => AnsweredBy::Upstream,
+            true => AnsweredBy::Unknown { upstream_error },
+        };
+        Answer { status, from }
     }
 
     #[test]
@@ -168,8 +206,22 @@ mod tests {
         };
         assert_eq!(charge.at_head(answer(401, false), 1), AtHead::Settle(1));
         assert_eq!(charge.at_head(answer(200, false), 1), AtHead::Settle(0));
-        // The gateway's 502 is no failed login either.
-        assert_eq!(charge.at_head(answer(502, true), 1), AtHead::Settle(0));
+        // A login never sent is no failed login.
+        let not_sent = Answer {
+            status: 502,
+            from: AnsweredBy::NotSent,
+        };
+        assert_eq!(charge.at_head(not_sent, 1), AtHead::Settle(1 - 1));
+        // One the upstream may have judged before the gateway answered (a timeout, the
+        // client's body broken after the head went) stays counted.
+        assert_eq!(charge.at_head(answer(504, true), 1), AtHead::Settle(1));
+        let broken_body = Answer {
+            status: 400,
+            from: AnsweredBy::Unknown {
+                upstream_error: false,
+            },
+        };
+        assert_eq!(charge.at_head(broken_body, 1), AtHead::Settle(1));
     }
 
     #[test]

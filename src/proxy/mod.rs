@@ -16,7 +16,7 @@ use http::{HeaderValue, Response};
 
 use crate::admission::admit::{Admission, Asker};
 use crate::fields::added::Added;
-use crate::limit::charge::Answer;
+use crate::limit::charge::{Answer, AnsweredBy};
 use crate::request::canonical::ProxyRequest;
 use crate::request::canonical::{self, Host, Request};
 use crate::request::id::{self, RequestId};
@@ -168,19 +168,13 @@ fn proxy<'r>(
         let (mut response, answer) = match upstream_answer {
             Ok(response) => {
                 let status = response.status().as_u16();
-                let upstream_error = false;
-                (
-                    response,
-                    Answer {
-                        status,
-                        upstream_error,
-                    },
-                )
+                let from = AnsweredBy::Upstream;
+                (response, Answer { status, from })
             }
             Err(error) => {
                 let answer = Answer {
                     status: error.status().as_u16(),
-                    upstream_error: error.no_upstream_answer(),
+                    from: error.answered_by(),
                 };
                 (response::error_response(&error, request_id), answer)
             }

@@ -123,6 +123,22 @@ impl GatewayError {
         )
     }
 
+    /// What settling may assume of a request the gateway answered with this error: sent to no
+    /// upstream, or perhaps received by one that did not answer.
+    pub(crate) fn answered_by(&self) -> crate::limit::charge::AnsweredBy {
+        use crate::limit::charge::AnsweredBy;
+        match self {
+            GatewayError::NoHealthyServer { .. }
+            | GatewayError::LocalShortage { .. }
+            | GatewayError::UpstreamConnect { .. }
+            | GatewayError::UpstreamConnectTimeout { .. }
+            | GatewayError::UpstreamTls { .. } => AnsweredBy::NotSent,
+            other => AnsweredBy::Unknown {
+                upstream_error: other.no_upstream_answer(),
+            },
+        }
+    }
+
     /// True when no upstream answered: the gateway made the answer (502, 503, 504) because no
     /// server could be reached, none answered in time, or the exchange failed before a head.
     pub(crate) fn no_upstream_answer(&self) -> bool {

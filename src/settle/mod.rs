@@ -33,6 +33,11 @@ use crate::usage::{self, BodyFormat, UsageError, UsageScanner};
 use body::BodySettle;
 use shared::SharedSettle;
 
+/// The most units one answer is settled at: 2^53, what Redis counts exactly (a double), and
+/// far beyond any window (a limit is at most 2^32 a window). Larger reports are settled at
+/// this, so that no sum of them wraps a counter soon.
+const MOST_UNITS: u64 = 1 << 53;
+
 /// Settles reservations against the stores they were made in. One per runtime; a body still
 /// streaming after a reload keeps the one it started with, whose stores the new runtime kept
 /// where their settings did not change.
@@ -158,6 +163,7 @@ impl Settler {
         let Some(charged) = self.charged(reservation) else {
             return units;
         };
+        let units = units.min(MOST_UNITS);
         let adjustment = Adjustment::between(reservation.units, units);
         match (adjustment, reservation.place) {
             (None, _) => count(&charged.counters, units, None, outcome),
@@ -259,6 +265,10 @@ fn body_format(
         .ok_or(SettleOutcome::Missing)?;
     if answer.status < 200 || answer.status == 204 || answer.status == 304 {
         return Err(SettleOutcome::Missing);
+    }
+    // A part of an answer (the gateway asks for it whole; an upstream may send one anyway).
+    if answer.status == 206 {
+        return Err(SettleOutcome::Unscannable);
     }
     let mut content_type = None;
     for (name, value) in fields.iter() {

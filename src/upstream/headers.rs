@@ -34,8 +34,8 @@ pub(crate) struct Forwarded<'a> {
     pub client_fields: &'a Arc<ClientFields>,
     pub proto: &'static str,
     pub request_id: &'a RequestId,
-    /// The answer's body is read for the usage a limit settles by: it is asked for without a
-    /// content coding, whatever the client accepts.
+    /// The answer's body is read for the usage a limit settles by: it is asked for whole and
+    /// without a content coding, whatever the client asks.
     pub plain_answer: bool,
 }
 
@@ -61,7 +61,8 @@ pub(crate) struct SetFields {
     /// `client_ip`. None (a health check): only the fields above replace the request's.
     pub client_fields: Option<Arc<ClientFields>>,
     pub client_ip: Option<IpAddr>,
-    /// `Accept-Encoding: identity` in place of the client's (`Forwarded::plain_answer`).
+    /// `Accept-Encoding: identity` in place of the client's, and no `Range` or `If-Range`
+    /// (`Forwarded::plain_answer`).
     pub plain_answer: bool,
 }
 
@@ -74,6 +75,9 @@ impl SenderFields for SetFields {
         let own = match name.len() {
             12 => is(X_REQUEST_ID.as_str()),
             15 => is(X_FORWARDED_FOR.as_str()) || (self.plain_answer && is("accept-encoding")),
+            // An answer read for usage is asked for whole: a part of one is not its cost.
+            5 => self.plain_answer && is("range"),
+            8 => self.plain_answer && is("if-range"),
             16 => is(X_FORWARDED_HOST.as_str()),
             17 => is(X_FORWARDED_PROTO.as_str()),
             _ => false,

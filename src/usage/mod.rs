@@ -39,8 +39,9 @@
 //!   the stream ends is dropped. An event with more than 1 MiB of data or more than 128
 //!   nested arrays and objects is skipped; the stream itself has no length limit.
 //! - **The result**, once the body has ended: `invalid` if a field's value is invalid (for a
-//!   stream: its value in the last event that held it); else `missing` if a field has no
-//!   value, or `too_large` instead if an event of the stream was skipped; else the sum.
+//!   stream: its value in the last event that held it); else `too_large` if an event of the
+//!   stream was skipped (it may have held a later value than those read); else `missing` if
+//!   a field has no value; else the sum.
 //! - **Headers** (`settle = "header:x-usage-tokens"`): ASCII digits with optional spaces or
 //!   tabs around them, at most 20 digits and within 64 bits; anything else is `invalid`.
 
@@ -198,10 +199,20 @@ impl UsageScanner {
         match self.body {
             Body::Json { scan, .. } => total(&scan.end()?[..count], UsageError::Missing),
             Body::EventStream(stream) => {
-                let (values, absent) = stream.end();
-                total(&values[..count], absent)
+                let (values, skipped) = stream.end();
+                stream_total(&values[..count], skipped)
             }
         }
+    }
+}
+
+/// A stream's sum: `Invalid` first; then, when an event was skipped, `TooLarge` whatever the
+/// other events held (the skipped one may have held a later value); then the sum, or `Missing`.
+fn stream_total(values: &[Found], skipped: bool) -> Result<u64, UsageError> {
+    match total(values, UsageError::Missing) {
+        Err(UsageError::Invalid) => Err(UsageError::Invalid),
+        _ if skipped => Err(UsageError::TooLarge),
+        other => other,
     }
 }
 

@@ -108,14 +108,10 @@ impl EventStream {
         self.lines(fields, bytes);
     }
 
-    /// The stream ended: an event not dispatched is dropped, as the spec says.
-    pub(super) fn end(&self) -> (&[Found], UsageError) {
-        let absent = if self.skipped {
-            UsageError::TooLarge
-        } else {
-            UsageError::Missing
-        };
-        (&self.values, absent)
+    /// The stream ended: an event not dispatched is dropped, as the spec says. Also whether an
+    /// event was skipped (too large), which may have held a later value.
+    pub(super) fn end(&self) -> (&[Found], bool) {
+        (&self.values, self.skipped)
     }
 
     fn lines(&mut self, fields: &UsageFields, bytes: &[u8]) {

@@ -141,13 +141,15 @@ fn forwarded_fields_are_set(mut map: RequestFields) {
 }
 
 #[test]
-fn an_answer_read_for_usage_is_asked_for_without_a_content_coding() {
+fn an_answer_read_for_usage_is_asked_for_whole_without_a_content_coding() {
     let id = RequestId::Kept(HeaderValue::from_static("id"));
     let peer = HeaderValue::from_static("192.0.2.7");
     let client = [
         ("accept-encoding", "gzip, br"),
         ("Accept-Encoding", "zstd"),
         ("ACCEPT-ENCODING", "identity;q=0"),
+        ("Range", "bytes=8-35"),
+        ("if-RANGE", "\"v1\""),
     ];
     for fields in both(&client) {
         let plain = Forwarded {
@@ -157,10 +159,12 @@ fn an_answer_read_for_usage_is_asked_for_without_a_content_coding() {
         let sent = as_sent(&fields, &to_upstream(&fields, &plain, None, None));
         let codings: Vec<_> = sent.get_all("accept-encoding").iter().collect();
         assert_eq!(codings, ["identity"]);
+        assert!(!sent.contains_key("range") && !sent.contains_key("if-range"));
         // Otherwise the client's own go upstream as they are.
         let asked = asked_by(&peer, &id, false);
         let sent = as_sent(&fields, &to_upstream(&fields, &asked, None, None));
         assert_eq!(sent.get_all("accept-encoding").iter().count(), 3);
+        assert_eq!(sent["range"], "bytes=8-35");
     }
 }
 

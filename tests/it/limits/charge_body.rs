@@ -36,6 +36,10 @@ async fn body_upstream(
         for (name, value) in extra {
             headers.insert(*name, value.parse().unwrap());
         }
+        // `x-status` names the answer's status.
+        if let Some(status) = response.headers_mut().remove("x-status") {
+            *response.status_mut() = StatusCode::from_bytes(status.as_bytes()).unwrap();
+        }
         response
     })
     .await
@@ -103,7 +107,7 @@ type Case = (
 
 #[tokio::test]
 async fn bodies_that_cannot_tell_their_usage_leave_the_reservation_standing() {
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
         ("application/json", br#"{"usage":{}}"#, &[], "missing"),
         (
             "application/json",
@@ -118,6 +122,12 @@ async fn bodies_that_cannot_tell_their_usage_leave_the_reservation_standing() {
             "malformed",
         ),
         ("text/plain", b"total_tokens: 3", &[], "unscannable"),
+        (
+            "application/json",
+            br#"{"usage":{"total_tokens":0}}"#,
+            &[("x-status", "206"), ("content-range", "bytes 8-35/60")],
+            "unscannable",
+        ),
         (
             "application/json",
             br#"{"usage":{"total_tokens":3}}"#,
@@ -194,7 +204,7 @@ async fn a_client_that_leaves_mid_body_keeps_the_reservation() {
 }
 
 #[tokio::test]
-async fn a_client_cannot_have_the_answer_compressed_out_of_the_scanners_sight() {
+async fn a_client_cannot_have_the_answer_compressed_or_cut_out_of_the_scanners_sight() {
     let (upstream, mut received) = recording::recording_upstream().await;
     let limit =
         format!("{TOKENS}charge = {{ reserve = 10, settle = \"json:usage.total_tokens\" }}");
@@ -202,12 +212,14 @@ async fn a_client_cannot_have_the_answer_compressed_out_of_the_scanners_sight() 
     // Raw bytes, so that every spelling reaches the gateway as written.
     let raw = "GET / HTTP/1.1\r\nhost: api\r\nx-api-key: k\r\nAccept-Encoding: gzip\r\n\
                accept-encoding: br;q=1, identity;q=0\r\nACCEPT-ENCODING: zstd\r\n\
-               connection: close\r\n\r\n";
+               Range: bytes=8-35\r\nIF-RANGE: \"v1\"\r\nconnection: close\r\n\r\n";
     let answer = exchange_until_closed(gateway.addr, raw.as_bytes()).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let got = recording::drain(&mut received);
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].all("accept-encoding"), ["identity"]);
+    // Nor a part of it read as the whole.
+    assert!(got[0].all("range").is_empty() && got[0].all("if-range").is_empty());
     // A limit that settles by a header leaves the client's choice alone.
     let (upstream, mut received) = recording::recording_upstream().await;
     let limit = format!("{TOKENS}charge = {{ reserve = 10, settle = \"header:x-usage\" }}");
@@ -215,4 +227,5 @@ async fn a_client_cannot_have_the_answer_compressed_out_of_the_scanners_sight() 
     exchange_until_closed(gateway.addr, raw.as_bytes()).await;
     let got = recording::drain(&mut received);
     assert_eq!(got[0].all("accept-encoding").len(), 3);
+    assert_eq!(got[0].all("range"), ["bytes=8-35"]);
 }
