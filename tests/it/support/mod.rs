@@ -385,6 +385,19 @@ pub async fn eventually_async(within: Duration, mut condition: impl AsyncFnMut()
     condition().await
 }
 
+/// As `eventually`, on a thread of its own (no event loop): for harness code and `#[test]`s
+/// that block.
+pub fn eventually_blocking(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    condition()
+}
+
 /// `ratelimit-proxy check --config PATH` run as the real binary: whether it passed, and what it
 /// printed (stdout then stderr). cargo names the binary to integration tests only; read at run
 /// time, so that other targets (examples/paired_latency's tests) can share this harness.
