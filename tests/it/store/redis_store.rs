@@ -544,10 +544,8 @@ fn each_worker_calls_redis_on_its_own_connection() {
     }
     assert_eq!(connected, 2, "two workers");
 
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while clients() > 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let gone = support::eventually_blocking(Duration::from_secs(5), || clients() == 0);
+    assert!(gone, "the workers' connections closed");
     let store = RedisStore::new(store_config(&server, "w:"), 1);
     let runtime = support::event_loop();
     for index in [0, 1] {
