@@ -197,20 +197,16 @@ async fn rust_log_warn_with_access_at_info_keeps_the_access_lines_alone() {
         one_route_config(&[upstream.url()], "")
     );
     let binary = RunningBinary::start(&config_file("rust-log", &config), "warn,access=info");
-    let answered = async {
-        loop {
-            let request = Request::get(format!("http://{addr}/"))
-                .body(empty())
-                .unwrap();
-            if let Ok(Ok(response)) =
-                tokio::time::timeout(Duration::from_secs(5), client().request(request)).await
-            {
-                return response.status();
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    let status = tokio::time::timeout(Duration::from_secs(20), answered).await;
+    let mut status = None;
+    eventually_async(Duration::from_secs(20), async || {
+        let request = Request::get(format!("http://{addr}/"))
+            .body(empty())
+            .unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(5), client().request(request));
+        status = answer.await.ok().and_then(Result::ok).map(|r| r.status());
+        status.is_some()
+    })
+    .await;
     assert_eq!(status.expect("the binary serves"), StatusCode::OK);
     let access = |line: &str| json(line).is_some_and(|j| j["target"] == "access");
     binary.line_where(Duration::from_secs(5), access).await;

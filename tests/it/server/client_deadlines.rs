@@ -44,18 +44,13 @@ async fn gateway_for(upstream: &str, server_keys: &str) -> TestGateway {
 /// Polls the `kind` timeout counter until it reaches `at_least`, for at most `within`.
 async fn timeouts_reach(gateway: &TestGateway, kind: &str, at_least: f64, within: Duration) {
     let series = format!("rlp_timeouts_total{{kind=\"{kind}\"}}");
-    let deadline = Instant::now() + within;
-    loop {
-        let seen = metric(gateway, &series).await;
-        if seen >= at_least {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{series} is {seen}, not {at_least}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut seen = 0.0;
+    let reached = eventually_async(within, async || {
+        seen = metric(gateway, &series).await;
+        seen >= at_least
+    })
+    .await;
+    assert!(reached, "{series} is {seen}, not {at_least}");
 }
 
 /// Asks for the huge body `via` and reads nothing of it; returns what keeps the request

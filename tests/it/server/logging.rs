@@ -94,17 +94,12 @@ async fn dropped(gateway: &Gateway, reason: &str) -> u64 {
 fn terminated(mut gateway: Gateway) -> std::process::ExitStatus {
     let pid = gateway.child.id().to_string();
     Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = gateway.child.try_wait().unwrap() {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no exit 10 s after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut exit = None;
+    eventually_blocking(Duration::from_secs(10), || {
+        exit = gateway.child.try_wait().unwrap();
+        exit.is_some()
+    });
+    exit.expect("no exit 10 s after SIGTERM")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

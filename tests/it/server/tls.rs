@@ -273,20 +273,26 @@ fn upstream_acceptor(ca: &TestCa) -> TlsAcceptor {
 
 /// A hand-written HTTPS upstream that answers each request "ok" (after reading its
 /// Content-Length body) and, with `close_when_idle`, ends each connection (close_notify, then
-/// FIN) a moment after one answer without saying so. Returns its address and accept count.
+/// FIN) a moment after one answer without saying so. Returns its address, its accept count and
+/// the count of connections it closed that way.
 async fn raw_https_upstream(
     ca: &TestCa,
     close_when_idle: bool,
-) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+) -> (
+    SocketAddr,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
     let acceptor = upstream_acceptor(ca);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let accepted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counting = accepted.clone();
+    let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (counting, closing) = (accepted.clone(), closed.clone());
     tokio::spawn(async move {
         while let Ok((tcp, _)) = listener.accept().await {
             counting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let acceptor = acceptor.clone();
+            let (acceptor, closing) = (acceptor.clone(), closing.clone());
             tokio::spawn(async move {
                 let Ok(mut stream) = acceptor.accept(tcp).await else {
                     return;
@@ -316,13 +322,14 @@ async fn raw_https_upstream(
                     if close_when_idle {
                         tokio::time::sleep(std::time::Duration::from_millis(30)).await;
                         let _ = stream.shutdown().await;
+                        closing.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         return;
                     }
                 }
             });
         }
     });
-    (addr, accepted)
+    (addr, accepted, closed)
 }
 
 /// An HTTPS upstream whose certificate (for upstream.test) is signed by `ca`.
@@ -544,7 +551,7 @@ fn check_refuses_missing_mismatched_expired_and_empty_certificates_and_warns_on_
 async fn https_upstream_connections_are_reused_and_one_closed_while_idle_is_not() {
     let ca = TestCa::new("upstream CA");
     for close_when_idle in [false, true] {
-        let (upstream, accepted) = raw_https_upstream(&ca, close_when_idle).await;
+        let (upstream, accepted, closed) = raw_https_upstream(&ca, close_when_idle).await;
         let text = format!(
             "workers = 1\n[[upstreams]]\nname = \"api\"\nservers = [\"https://{upstream}\"]\nca_file = \"ca.pem\"\nsni = \"upstream.test\"\n[[routes]]\nname = \"default\"\nupstream = \"api\"\n"
         );
@@ -561,7 +568,16 @@ async fn https_upstream_connections_are_reused_and_one_closed_while_idle_is_not(
                 "ok",
                 &format!("round {round}, close_when_idle {close_when_idle}"),
             );
-            tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+            // With close_when_idle, the next request comes once the upstream closed this one.
+            let closes = if close_when_idle { round + 1 } else { 0 };
+            let idle = support::eventually(std::time::Duration::from_secs(5), || {
+                closed.load(std::sync::atomic::Ordering::SeqCst) == closes
+            })
+            .await;
+            assert!(
+                idle,
+                "round {round}: {closes} connections closed by the upstream"
+            );
         }
         let expected = if close_when_idle { 3 } else { 1 };
         assert_eq!(accepted.load(std::sync::atomic::Ordering::SeqCst), expected);

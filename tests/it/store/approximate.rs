@@ -81,6 +81,7 @@ async fn a_fleet_on_one_hot_key(algorithm: &str) {
     const BOUND: usize = 0;
     // A run (~10 s) must not cross the hour its windows are counted in (Redis's clock, which
     // is this machine's): the window would start again. Waits in 1 run of ~200 at most.
+    // Fixed: Redis's clock cannot be given a manual one; the wait is for that clock's hour.
     let left = seconds_left_in_hour();
     if left < 20 {
         tokio::time::sleep(Duration::from_secs(left + 1)).await;

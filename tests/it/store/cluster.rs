@@ -44,6 +44,53 @@ async fn master_of(
     masters[ran[0]]
 }
 
+/// A load's answers so far: when each came and how.
+type Answers = Arc<Mutex<Vec<(Instant, StatusCode)>>>;
+
+/// Requests in a loop (`keep_calling`): the answers so far, read while they go on.
+struct Calls {
+    answers: Answers,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Calls {
+    fn count(&self) -> usize {
+        self.answers.lock().unwrap().len()
+    }
+
+    fn last(&self) -> Option<StatusCode> {
+        self.answers
+            .lock()
+            .unwrap()
+            .last()
+            .map(|(_, status)| *status)
+    }
+
+    /// Every answer, once the loop has seen `stop`.
+    async fn finish(self) -> Vec<(Instant, StatusCode)> {
+        self.task.await.unwrap();
+        std::mem::take(&mut *self.answers.lock().unwrap())
+    }
+}
+
+/// Until each of `load` has been answered `more` times since it had `since` answers.
+async fn each_answered<'a>(
+    load: impl IntoIterator<Item = &'a Calls> + Clone,
+    since: &[usize],
+    more: usize,
+) -> bool {
+    eventually(Duration::from_secs(20), || {
+        (load.clone().into_iter())
+            .zip(since)
+            .all(|(calls, &since)| calls.count() >= since + more)
+    })
+    .await
+}
+
+fn counts<'a>(load: impl IntoIterator<Item = &'a Calls>) -> Vec<usize> {
+    load.into_iter().map(Calls::count).collect()
+}
+
 /// Requests for `api_key` in a loop, alternating over `gateways`, `pause` apart, until
 /// `stop`: when each was answered and how.
 fn keep_calling(
@@ -52,10 +99,11 @@ fn keep_calling(
     api_key: String,
     pause: Duration,
     stop: Arc<AtomicBool>,
-) -> tokio::task::JoinHandle<Vec<(Instant, StatusCode)>> {
-    tokio::spawn(async move {
+) -> Calls {
+    let answers = Answers::default();
+    let kept = answers.clone();
+    let task = tokio::spawn(async move {
         let client = client();
-        let mut answers = Vec::new();
         let mut turn = 0;
         while !stop.load(Ordering::Relaxed) {
             let gateway = &gateways[turn % gateways.len()];
@@ -68,11 +116,11 @@ fn keep_calling(
                 .await
                 .expect("answered in time")
                 .expect("request failed");
-            answers.push((Instant::now(), answer.status()));
+            kept.lock().unwrap().push((Instant::now(), answer.status()));
             tokio::time::sleep(pause).await;
         }
-        answers
-    })
+    });
+    Calls { answers, task }
 }
 
 async fn start_ready(text: &str, count: usize) -> Arc<Vec<TestGateway>> {
@@ -168,7 +216,11 @@ async fn a_killed_master_fails_only_its_own_tenants_until_its_replica_takes_over
             (*master, calls)
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let every = || load.iter().map(|(_, calls)| calls);
+    assert!(
+        each_answered(every(), &vec![0; load.len()], 3).await,
+        "the load runs"
+    );
     let killed_at = Instant::now();
     cluster.nodes[doomed].kill();
     // The dead master's breaker opens; the others' stay closed.
@@ -176,17 +228,17 @@ async fn a_killed_master_fails_only_its_own_tenants_until_its_replica_takes_over
         let port = cluster.nodes[node].port;
         format!("rlp_store_breaker_open{{node=\"127.0.0.1:{port}\"}} {open}")
     };
-    let mut seen_open = false;
-    while !seen_open && killed_at.elapsed() < Duration::from_secs(1) {
+    let seen_open = eventually_async(Duration::from_secs(1), async || {
         let text = metrics(&gateways[0]).await;
-        seen_open = text.contains(&breaker(doomed, 1));
-        if seen_open {
+        let open = text.contains(&breaker(doomed, 1));
+        if open {
             for &other in masters.iter().filter(|&&m| m != doomed) {
                 assert!(text.contains(&breaker(other, 0)), "{text}");
             }
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        open
+    })
+    .await;
     assert!(
         seen_open,
         "the dead master's breaker opened within a second"
@@ -196,20 +248,24 @@ async fn a_killed_master_fails_only_its_own_tenants_until_its_replica_takes_over
         let probe = placed.iter().find(|(_, m)| *m == doomed).unwrap();
         status(&gateways[1], "/", &probe.0).await == StatusCode::OK
     };
-    let mut recovered = None;
-    while killed_at.elapsed() < Duration::from_secs(20) {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if back().await {
-            recovered = Some(killed_at.elapsed());
-            break;
-        }
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    stop.store(true, Ordering::Relaxed);
+    let within = Duration::from_secs(20).saturating_sub(killed_at.elapsed());
+    let served = eventually_async(within, back).await;
+    let recovered = served.then(|| killed_at.elapsed());
     let recovered = recovered.expect("the dead master's tenants were served again");
+    // Until each of the dead master's tenants has been answered again since, the last time 200.
+    let failing_over = || (load.iter()).filter(|(m, _)| *m == doomed).map(|(_, c)| c);
+    let since = counts(failing_over());
+    let again = eventually(Duration::from_secs(10), || {
+        (failing_over().zip(&since)).all(|(calls, &since)| {
+            calls.count() >= since + 2 && calls.last() == Some(StatusCode::OK)
+        })
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    assert!(again, "each of the dead master's tenants was served again");
     let (mut healthy, mut failed_over) = (Vec::new(), Vec::new());
     for (master, calls) in load {
-        let answers = calls.await.unwrap();
+        let answers = calls.finish().await;
         if master == doomed {
             failed_over.extend(answers);
         } else {
@@ -296,23 +352,25 @@ async fn a_failover_mid_window_forgets_at_most_the_calls_in_flight() {
         })
         .collect();
     // Mid-window: once about 400 of the 1000 have passed.
-    let started = Instant::now();
-    while log_size(&cluster, doomed) < 400 {
-        assert!(started.elapsed() < Duration::from_secs(20), "load too slow");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let mid = eventually(Duration::from_secs(20), || {
+        log_size(&cluster, doomed) >= 400
+    })
+    .await;
+    assert!(mid, "load too slow");
     cluster.nodes[doomed].kill();
     // Until the promoted replica has counted the limit full and denies.
-    let full = Instant::now();
-    while log_size(&cluster, replica) < LIMIT as u64 {
-        assert!(full.elapsed() < Duration::from_secs(20), "never full again");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let full = eventually(Duration::from_secs(20), || {
+        log_size(&cluster, replica) >= LIMIT as u64
+    })
+    .await;
+    assert!(full, "never full again");
+    // And each client has been answered again since, against the full limit.
+    let since = counts(&load);
+    assert!(each_answered(&load, &since, 2).await, "the load went on");
     stop.store(true, Ordering::Relaxed);
     let mut passed = 0;
     for calls in load {
-        passed += (calls.await.unwrap().iter())
+        passed += (calls.finish().await.iter())
             .filter(|(_, s)| *s == StatusCode::OK)
             .count();
     }
@@ -400,10 +458,15 @@ async fn a_slot_migrated_under_load_keeps_every_count() {
     let load: Vec<_> = (0..2)
         .map(|_| keep_calling(gateways.clone(), "/", "mover".into(), pause, stop.clone()))
         .collect();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Each phase lasts until each client has been answered 10 times in it.
+    let phase = async |load: &[Calls]| {
+        let since = counts(load);
+        assert!(each_answered(load, &since, 10).await, "the load went on");
+    };
+    phase(&load).await;
     setslot(target, "IMPORTING", source);
     setslot(source, "MIGRATING", target);
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    phase(&load).await;
     let _: () = redis::cmd("MIGRATE")
         .arg("127.0.0.1")
         .arg(cluster.nodes[target].port)
@@ -414,16 +477,21 @@ async fn a_slot_migrated_under_load_keeps_every_count() {
         .arg(&key)
         .query(&mut node(source))
         .unwrap();
-    // The key is on the target, the slot still the source's: ASK.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The key is on the target, the slot still the source's: ASK, followed at least once.
+    phase(&load).await;
+    let asked = eventually(Duration::from_secs(20), || {
+        cluster.nodes[target].calls("asking") > 0
+    })
+    .await;
+    assert!(asked, "ASK was followed");
     setslot(target, "NODE", target);
     setslot(source, "NODE", target);
     // Now MOVED, until the gateways have read the slots again.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    phase(&load).await;
     stop.store(true, Ordering::Relaxed);
     let mut answers = Vec::new();
     for calls in load {
-        answers.extend(calls.await.unwrap());
+        answers.extend(calls.finish().await);
     }
     let passed = answers.iter().filter(|(_, s)| *s == StatusCode::OK).count();
     let mut texts = String::new();

@@ -137,19 +137,36 @@ async fn a_probe_whose_client_goes_away_hands_its_turn_to_the_next_request() {
         server.port
     );
     assert!(metrics(&gateway).await.contains(&open));
-    // A second later the next request probes: this one, whose client resets its stream after
-    // 200 ms, while the stopped Redis keeps it waiting.
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // A second later the next request probes. Until then each request is answered at once by
+    // the local fallback; then one, whose client resets its stream after 200 ms, is the probe,
+    // which the stopped Redis keeps waiting.
     let mut sender = h2c_sender(gateway.addr).await;
-    let request = Request::get(gateway.url("/"))
-        .header("x-api-key", "probe")
-        .body(empty())
-        .unwrap();
-    let probe = sender.send_request(request);
-    let abandoned = tokio::time::timeout(Duration::from_millis(200), probe).await;
-    assert!(abandoned.is_err(), "the probe was still waiting for Redis");
+    let mut round = 0;
+    let abandoned = eventually_async(Duration::from_secs(5), async || {
+        round += 1;
+        let request = Request::get(gateway.url("/"))
+            .header("x-api-key", format!("probe-{round}"))
+            .body(empty())
+            .unwrap();
+        let probe = sender.send_request(request);
+        match tokio::time::timeout(Duration::from_millis(200), probe).await {
+            Err(_) => true,
+            Ok(answered) => {
+                let response = answered.expect("answered");
+                let policy = &response.headers()["ratelimit-policy"];
+                assert_eq!(policy, "\"per-key\";q=5;w=3600", "the fallback decides");
+                false
+            }
+        }
+    })
+    .await;
+    assert!(abandoned, "the probe was still waiting for Redis");
+    assert!(
+        round > 1,
+        "the breaker was open a while: the fallback answered first"
+    );
     // Past the probe's own timeout: had it run to its end it would have failed and opened
-    // the breaker for another second.
+    // the breaker for another second. Fixed: what did not happen is shown by time passing.
     tokio::time::sleep(Duration::from_millis(400)).await;
     server.resume();
 
@@ -187,6 +204,7 @@ async fn readyz_waits_for_redis_when_the_config_asks() {
     let regardless =
         TestGateway::start(&config(&upstream, &serving, &[("/", "per-key")], &limits)).await;
     let readyz = |gateway: &TestGateway| format!("http://{}/readyz", gateway.admin_addr.unwrap());
+    // Fixed: that it stays unready (the gateway retrying in the background) is shown over time.
     for _ in 0..5 {
         let (response, body) = get(&readyz(&gateway)).await;
         assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -209,6 +227,7 @@ async fn readyz_waits_for_redis_when_the_config_asks() {
     let listen = "[server]\nlisten = [\"127.0.0.1:0\"]\n";
     std::fs::write(&path, format!("{listen}{}", waiting(&nowhere))).unwrap();
     gateway.reloader.reload().expect("reloaded");
+    // Fixed: that it stays ready (no worker's failure undoes it) is shown over time.
     for _ in 0..5 {
         assert_eq!(get(&readyz(&gateway)).await.0.status(), StatusCode::OK);
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -284,15 +303,11 @@ async fn a_reload_while_the_breaker_is_open_keeps_it_and_applies_the_new_fleet_s
         "rlp_store_breaker_open{{node=\"127.0.0.1:{}\"}} 1",
         server.port
     );
-    let mut opened = false;
-    for _ in 0..100 {
+    let opened = eventually_async(Duration::from_secs(10), async || {
         status(&gateway, "/", "opening").await;
-        if metrics(&gateway).await.contains(&open) {
-            opened = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        metrics(&gateway).await.contains(&open)
+    })
+    .await;
     assert!(opened, "the breaker opened");
 
     // The fleet grew to three: the file says so, and a reload applies it.
@@ -314,15 +329,11 @@ async fn a_reload_while_the_breaker_is_open_keeps_it_and_applies_the_new_fleet_s
     );
 
     server.restart();
-    let mut exact = false;
-    for _ in 0..150 {
+    let exact = eventually_async(Duration::from_secs(10), async || {
         let (response, _) = call(&gateway, "/", "back").await;
-        if response.headers()["ratelimit-policy"] == "\"per-key\";q=12;w=3600" {
-            exact = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+        response.headers()["ratelimit-policy"] == "\"per-key\";q=12;w=3600"
+    })
+    .await;
     assert!(exact, "Redis decides again, without a restart");
 }
 

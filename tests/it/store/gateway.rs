@@ -273,19 +273,31 @@ async fn redis_killed_mid_load_each_limit_follows_its_on_error_and_recovers_with
 
     // Load on the open route throughout.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let load = {
-        let (gateway, stop) = (gateway.clone(), stop.clone());
+        let (gateway, stop, answered) = (gateway.clone(), stop.clone(), answered.clone());
         tokio::spawn(async move {
             let mut statuses = Vec::new();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 statuses.push(status(&gateway, "/open", "load").await);
+                answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }
             statuses
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let answered = || answered.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(eventually(Duration::from_secs(10), || answered() >= 10).await);
     server.kill();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Until the load's failures have opened the breaker (failures in a row over 100 ms).
+    let open = format!(
+        "rlp_store_breaker_open{{node=\"127.0.0.1:{}\"}} 1",
+        server.port
+    );
+    let opened = eventually_async(Duration::from_secs(10), async || {
+        metrics(&gateway).await.contains(&open)
+    })
+    .await;
+    assert!(opened, "the load's failures opened the breaker");
 
     let (response, body) = call(&gateway, "/closed", "k").await;
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -322,10 +334,6 @@ async fn redis_killed_mid_load_each_limit_follows_its_on_error_and_recovers_with
         );
     }
     let text = metrics(&gateway).await;
-    let open = format!(
-        "rlp_store_breaker_open{{node=\"127.0.0.1:{}\"}} 1",
-        server.port
-    );
     assert!(text.contains(&open), "{text}");
     assert!(text.contains("decision=\"error_allowed\""));
     assert!(text.contains("decision=\"error_denied\""));

@@ -246,35 +246,23 @@ async fn syncs_resume_after_a_restart_that_lost_the_script_while_the_breaker_was
     sync(&store, "a", &entries, START).await;
 
     server.kill();
-    let breaker_opened = async {
-        loop {
-            let failed = store
-                .sync_leases("a", LIVE_FOR, &entries, Some(START))
-                .await;
-            if matches!(failed, Err(StoreError::BreakerOpen { .. })) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), breaker_opened)
-        .await
-        .expect("the breaker opens while redis is gone");
+    let breaker_opened = support::eventually_async(Duration::from_secs(10), async || {
+        let failed = store
+            .sync_leases("a", LIVE_FOR, &entries, Some(START))
+            .await;
+        matches!(failed, Err(StoreError::BreakerOpen { .. }))
+    })
+    .await;
+    assert!(breaker_opened, "the breaker opens while redis is gone");
 
     server.restart();
-    let resumed = async {
-        loop {
-            if store
-                .sync_leases("a", LIVE_FOR, &entries, Some(START))
-                .await
-                .is_ok()
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), resumed)
-        .await
-        .expect("syncs resume once redis is back, loading the script it lost");
+    let resumed = support::eventually_async(Duration::from_secs(10), async || {
+        let synced = store.sync_leases("a", LIVE_FOR, &entries, Some(START));
+        synced.await.is_ok()
+    })
+    .await;
+    assert!(
+        resumed,
+        "syncs resume once redis is back, loading the script it lost"
+    );
 }

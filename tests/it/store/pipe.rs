@@ -291,7 +291,7 @@ async fn a_late_reply_goes_to_the_call_it_answers_not_the_next() {
     let first = ping(&pipe, Duration::from_millis(50)).await;
     assert!(matches!(first, Err(StoreError::Timeout(_))), "{first:?}");
     let second = tokio::spawn(async move { ping(&pipe, soon()).await });
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The server writes both replies only once it has read the second call: no wait here.
     late.send(()).unwrap();
     assert_eq!(second.await.unwrap(), Ok(bulk("second")));
     server.abort();

@@ -544,10 +544,8 @@ fn each_worker_calls_redis_on_its_own_connection() {
     }
     assert_eq!(connected, 2, "two workers");
 
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while clients() > 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let gone = support::eventually_blocking(Duration::from_secs(5), || clients() == 0);
+    assert!(gone, "the workers' connections closed");
     let store = RedisStore::new(store_config(&server, "w:"), 1);
     let runtime = support::event_loop();
     for index in [0, 1] {
@@ -612,7 +610,20 @@ fn a_probe_dropped_after_any_poll_leaves_the_breaker_to_the_next_call() {
             assert!(waves.iter().all(|outcome| outcome.error.is_some()));
         }
         assert!(store.breakers()[0].1, "open");
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+        // A second later the breaker lets a probe through: until then a call fails at once;
+        // the first still waiting after a poll is a probe, dropped after that poll.
+        let probing = support::eventually_async(Duration::from_secs(5), async || {
+            let mut probe = Box::pin(check());
+            match futures_util::poll!(probe.as_mut()) {
+                std::task::Poll::Ready(outcome) => {
+                    assert!(outcome.error.is_some(), "refused by the open breaker");
+                    false
+                }
+                std::task::Poll::Pending => true,
+            }
+        })
+        .await;
+        assert!(probing, "the breaker let a probe through");
         for polls in 1..=4 {
             let mut probe = Box::pin(check());
             for _ in 0..polls {

@@ -70,16 +70,13 @@ impl RunningBinary {
         within: Duration,
         matches: impl Fn(&str) -> bool,
     ) -> Option<String> {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if let Some(line) = self.lines().into_iter().find(|l| matches(l)) {
-                return Some(line);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let mut found = None;
+        super::eventually(within, || {
+            found = self.lines().into_iter().find(|l| matches(l));
+            found.is_some()
+        })
+        .await;
+        found
     }
 
     /// The proxy listener's address from the JSON `listening` line.

@@ -166,6 +166,8 @@ pub struct TestUpstream {
     pub hits: Arc<AtomicUsize>,
     /// Connections accepted so far.
     pub accepted: Arc<AtomicUsize>,
+    /// Connections closed so far (by either end, or by `kill`).
+    pub closed: Arc<AtomicUsize>,
     task: JoinHandle<()>,
     /// Cancelling it closes every open connection, as a crashed server would.
     connections: tokio_util::sync::CancellationToken,
@@ -184,6 +186,8 @@ impl TestUpstream {
         let counted = hits.clone();
         let accepted = Arc::new(AtomicUsize::new(0));
         let accepting = accepted.clone();
+        let closed = Arc::new(AtomicUsize::new(0));
+        let closing_count = closed.clone();
         let connections = tokio_util::sync::CancellationToken::new();
         let closing = connections.clone();
         let task = tokio::spawn(async move {
@@ -195,6 +199,7 @@ impl TestUpstream {
                 let handler = handler.clone();
                 let counted = counted.clone();
                 let closing = closing.clone();
+                let closing_count = closing_count.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |request| {
                         counted.fetch_add(1, Ordering::SeqCst);
@@ -208,6 +213,8 @@ impl TestUpstream {
                         _ = connection => {}
                         _ = closing.cancelled() => {}
                     }
+                    // The connection (and its socket) is dropped by now.
+                    closing_count.fetch_add(1, Ordering::SeqCst);
                 });
             }
         });
@@ -215,6 +222,7 @@ impl TestUpstream {
             addr,
             hits,
             accepted,
+            closed,
             task,
             connections,
         }
@@ -375,6 +383,19 @@ pub async fn eventually_async(within: Duration, mut condition: impl AsyncFnMut()
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     condition().await
+}
+
+/// As `eventually`, on a thread of its own (no event loop): for harness code and `#[test]`s
+/// that block.
+pub fn eventually_blocking(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    condition()
 }
 
 /// `ratelimit-proxy check --config PATH` run as the real binary: whether it passed, and what it

@@ -3,7 +3,7 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Fails the test with what to run when `program` is not on PATH, before anything is started:
 /// the first failure a newcomer sees says what is missing and how to get it.
@@ -203,22 +203,23 @@ impl RedisServer {
     }
 
     fn wait_until_ready(&mut self, log: &std::path::Path) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(10);
         let log_text = || std::fs::read_to_string(log).unwrap_or_default();
-        while Instant::now() < deadline {
-            let child = self.child.as_mut().expect("spawned");
-            if let Ok(Some(status)) = child.try_wait() {
-                self.child = None;
-                return Err(format!(
-                    "port {}: redis-server exited ({status}): {}",
-                    self.port,
-                    log_text()
-                ));
-            }
-            if log_text().contains("Ready to accept connections") {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let child = self.child.as_mut().expect("spawned");
+        let mut exited = None;
+        let ready = super::eventually_blocking(Duration::from_secs(10), || {
+            exited = child.try_wait().ok().flatten();
+            exited.is_some() || log_text().contains("Ready to accept connections")
+        });
+        if let Some(status) = exited {
+            self.child = None;
+            return Err(format!(
+                "port {}: redis-server exited ({status}): {}",
+                self.port,
+                log_text()
+            ));
+        }
+        if ready {
+            return Ok(());
         }
         self.kill();
         Err(format!(
@@ -305,10 +306,9 @@ impl RedisCluster {
     /// Waits until every node says the cluster is ok and every replica is in sync with its
     /// master and known as such to every node (a failover needs the masters' votes).
     fn wait_until_ok(&self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
         let replicas = self.nodes.len() - 3;
-        'waiting: while Instant::now() < deadline {
-            for node in &self.nodes {
+        let ok = super::eventually_blocking(Duration::from_secs(20), || {
+            self.nodes.iter().all(|node| {
                 let mut connection = node.connection();
                 let info: String = redis::cmd("CLUSTER")
                     .arg("INFO")
@@ -327,14 +327,13 @@ impl RedisCluster {
                     .count();
                 let in_sync = !replication.contains("role:slave")
                     || replication.contains("master_link_status:up");
-                if !info.contains("cluster_state:ok") || known_replicas != replicas || !in_sync {
-                    std::thread::sleep(Duration::from_millis(100));
-                    continue 'waiting;
-                }
-            }
-            return;
-        }
-        panic!("the test cluster did not reach cluster_state:ok within 20 s");
+                info.contains("cluster_state:ok") && known_replicas == replicas && in_sync
+            })
+        });
+        assert!(
+            ok,
+            "the test cluster did not reach cluster_state:ok within 20 s"
+        );
     }
 
     /// The node `node` is a replica of, by index into `nodes`; None for a master.

@@ -154,9 +154,9 @@ async fn sequential_requests_share_one_upstream_connection_also_after_bodiless_a
     assert_eq!(upstream.accepted(), 1);
 }
 
-/// Five requests to an upstream that ends each connection after one answer, `pause` apart:
-/// each must succeed, on a connection of its own.
-async fn each_succeeds_on_a_new_connection(ending: Behaviour, pause: Duration) {
+/// Five requests to an upstream that ends each connection after one answer, each sent once the
+/// upstream has closed the last one: each must succeed, on a connection of its own.
+async fn each_succeeds_on_a_new_connection(ending: Behaviour) {
     let upstream = RawUpstream::start(ending).await;
     let gateway = gateway_for(&upstream.url).await;
     for round in 0..5 {
@@ -168,20 +168,21 @@ async fn each_succeeds_on_a_new_connection(ending: Behaviour, pause: Duration) {
             "ok",
             &format!("round {round}"),
         );
-        tokio::time::sleep(pause).await;
+        let closed = eventually(Duration::from_secs(5), || upstream.ended() == round + 1).await;
+        assert!(closed, "round {round}: the upstream closed its connection");
     }
     assert_eq!(upstream.accepted(), 5);
 }
 
 #[tokio::test]
 async fn a_connection_the_upstream_closed_while_idle_is_skipped_without_an_error() {
-    // The upstream closes each pooled connection during the pause.
-    each_succeeds_on_a_new_connection(Behaviour::CloseWhenIdle, Duration::from_millis(150)).await;
+    // The upstream closes each pooled connection while it is idle, before the next request.
+    each_succeeds_on_a_new_connection(Behaviour::CloseWhenIdle).await;
 }
 
 #[tokio::test]
 async fn a_connection_close_answer_is_not_reused() {
-    each_succeeds_on_a_new_connection(Behaviour::ConnectionClose, Duration::ZERO).await;
+    each_succeeds_on_a_new_connection(Behaviour::ConnectionClose).await;
 }
 
 #[tokio::test]
@@ -327,10 +328,12 @@ async fn a_small_body_answered_unread_cannot_give_its_hidden_requests_answer_to_
     // is found on the idle connection, which is then not reused.
     let inner = "GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
     for _ in 0..5 {
+        let before = upstream.answers();
         let status = attack_with(&gateway, &static_post(inner)).await;
         assert!(status.starts_with("HTTP/1.1 200"), "{status}");
-        // The next client comes a moment later.
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The next client comes once the hidden request's answer has been sent too.
+        let sent = eventually(Duration::from_secs(5), || upstream.answers() >= before + 2).await;
+        assert!(sent, "the upstream answered the hidden request");
         each_victim_gets_its_own_answer(&gateway, 3).await;
     }
 }
@@ -347,9 +350,13 @@ async fn bytes_sent_after_a_head_answer_never_reach_the_next_client() {
         let head = Request::head(gateway.url("/headbody"))
             .body(empty())
             .unwrap();
+        let before = upstream.answers();
         let (response, _) = send(head).await;
         assert_eq!(response.status(), StatusCode::OK);
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // The next client comes once the extra bytes have been sent: on loopback they are then
+        // in the gateway's socket, and its event loop sees them before the next request.
+        let sent = eventually(Duration::from_secs(5), || upstream.answers() > before).await;
+        assert!(sent, "the upstream sent its extra bytes");
         each_victim_gets_its_own_answer(&gateway, 1).await;
     }
 }

@@ -483,6 +483,7 @@ async fn the_response_timeout_holds_on_a_reused_connection_and_a_fresh_one() {
     }
     // The connection's timer is still armed for the first fast answer's deadline, which now
     // falls halfway through the hanging request's 300 ms: it must not cut that one short.
+    // Fixed: time passing is what puts that deadline there.
     tokio::time::sleep(Duration::from_millis(150)).await;
     for round in 0..2 {
         let started = std::time::Instant::now();

@@ -103,9 +103,15 @@ async fn a_dead_server_is_ejected_and_traffic_continues_without_errors() {
     }
     assert_eq!((live.hits(), doomed.hits()), (2, 2));
 
+    let (closed, accepted) = (doomed.closed.clone(), doomed.accepted());
     doomed.kill();
-    // Let the gateway's pool notice its keep-alive connection closing, as it would in life.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Once its keep-alive connections are closed, as they would be in life: on loopback the
+    // gateway's socket holds the close, and its pool sees it before the next request.
+    let gone = eventually(Duration::from_secs(5), || {
+        closed.load(Ordering::SeqCst) == accepted
+    })
+    .await;
+    assert!(gone, "the dead server closed its connections");
     // GETs that hit the dead server are retried on the live one; none fails.
     for _ in 0..20 {
         let (response, body) = get(&gateway.url("/")).await;

@@ -11,6 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct NaiveUpstream {
     pub url: String,
     smuggled: Arc<AtomicBool>,
+    answers: Arc<AtomicUsize>,
     ended: Arc<AtomicUsize>,
     accepted: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
@@ -22,18 +23,19 @@ impl NaiveUpstream {
         let url = format!("http://{}", listener.local_addr().unwrap());
         let smuggled = Arc::new(AtomicBool::new(false));
         let ended = Arc::new(AtomicUsize::new(0));
-        let (seen, ending) = (smuggled.clone(), ended.clone());
+        let answers = Arc::new(AtomicUsize::new(0));
+        let (seen, ending, answering) = (smuggled.clone(), ended.clone(), answers.clone());
         let accepted = Arc::new(AtomicUsize::new(0));
         let accepting = accepted.clone();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 accepting.fetch_add(1, Ordering::SeqCst);
-                let (seen, ending) = (seen.clone(), ending.clone());
+                let (seen, ending, answering) = (seen.clone(), ending.clone(), answering.clone());
                 // Each answer goes out at once: Nagle's algorithm would hold one that follows
                 // another until the gateway's (delayed) acknowledgement.
                 stream.set_nodelay(true).unwrap();
                 tokio::spawn(async move {
-                    serve(stream, &seen).await;
+                    serve(stream, &seen, &answering).await;
                     ending.fetch_add(1, Ordering::SeqCst);
                 });
             }
@@ -41,6 +43,7 @@ impl NaiveUpstream {
         NaiveUpstream {
             url,
             smuggled,
+            answers,
             ended,
             accepted,
             task,
@@ -50,6 +53,11 @@ impl NaiveUpstream {
     /// Whether a request for `/smuggled` reached it.
     pub fn smuggled_seen(&self) -> bool {
         self.smuggled.load(Ordering::SeqCst)
+    }
+
+    /// Answers written whole so far (a HEAD answer's extra bytes included), on any connection.
+    pub fn answers(&self) -> usize {
+        self.answers.load(Ordering::SeqCst)
     }
 
     /// Connections accepted so far.
@@ -73,7 +81,7 @@ impl Drop for NaiveUpstream {
 /// `POST /static` (their bodies left for the next request), a head and then bytes nobody
 /// asked for to `HEAD /headbody`, else `200` naming the method, path, cookie and body it read,
 /// after 300 ms for `/slow`.
-async fn serve(mut stream: TcpStream, smuggled: &AtomicBool) {
+async fn serve(mut stream: TcpStream, smuggled: &AtomicBool, answers: &AtomicUsize) {
     let mut buffer = Vec::new();
     loop {
         let Some(end) = fill_until(&mut stream, &mut buffer, head_end).await else {
@@ -134,6 +142,7 @@ async fn serve(mut stream: TcpStream, smuggled: &AtomicBool) {
         if stream.write_all(answer.as_bytes()).await.is_err() {
             return;
         }
+        answers.fetch_add(1, Ordering::SeqCst);
     }
 }
 
