@@ -228,6 +228,31 @@ async fn a_body_ended_by_closing_arrives_whole_and_its_connection_is_not_reused(
     assert_eq!(upstream.accepted(), 2);
 }
 
+/// RFC 9112 §6.3 item 4: a final coding other than chunked means the body ends with the
+/// connection; `identity` changes nothing, so the body is streamed as it came (not a 502).
+#[tokio::test]
+async fn an_identity_coded_answer_is_read_until_the_close_and_streamed_in_the_gateways_framing() {
+    let upstream = ScriptedUpstream::start(|_| {
+        Answer::SendAndClose(bytes(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: identity\r\n\r\n5\r\nuntil the end",
+        ))
+    })
+    .await;
+    let gateway = gateway_for(&upstream).await;
+    for _ in 0..2 {
+        let (response, body) = get(&gateway.url("/")).await;
+        assert_answer(&response, &body, StatusCode::OK, "5\r\nuntil the end", "");
+        // The gateway's own framing of a body of unknown length, not the upstream's coding.
+        let codings: Vec<_> = response
+            .headers()
+            .get_all("transfer-encoding")
+            .iter()
+            .collect();
+        assert_eq!(codings, ["chunked"]);
+    }
+    assert_eq!(upstream.accepted(), 2);
+}
+
 #[tokio::test]
 async fn interim_answers_are_skipped_and_the_final_one_forwarded() {
     let upstream = ScriptedUpstream::start(|_| {
