@@ -202,6 +202,7 @@ fn canonical_policy(config: &Config) -> canonical::Policy {
     canonical::Policy {
         escaped_slashes: config.server.escaped_slashes,
         underscores,
+        allow_trace: config.server.allow_trace,
         trailers: Arc::new(TrailerFilter::new(keys, underscores)),
     }
 }

@@ -98,6 +98,7 @@ fn server(raw: &mut Map<String, Value>, config: &Config) {
         EscapedSlashes::Reject => "reject",
     };
     put(raw, "escaped_slashes", json!(escaped));
+    put(raw, "allow_trace", json!(server.allow_trace));
 }
 
 fn client_ip(raw: &mut Map<String, Value>, config: &Config) {

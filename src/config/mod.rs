@@ -99,6 +99,8 @@ pub struct ServerConfig {
     pub underscores: Underscores,
     /// `escaped_slashes`: `%2F` and `%5C` in paths.
     pub escaped_slashes: EscapedSlashes,
+    /// `allow_trace`: TRACE is forwarded; otherwise it is answered 405.
+    pub allow_trace: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -43,6 +43,7 @@ pub(super) struct RawServer {
     pub workers: Option<i64>,
     pub underscores_in_headers: Option<String>,
     pub escaped_slashes: Option<String>,
+    pub allow_trace: Option<bool>,
     #[serde(default)]
     pub tls: Vec<RawTlsListener>,
 }

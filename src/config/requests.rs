@@ -144,6 +144,24 @@ pub(super) fn upgrades(raw: &RawRoute, path: &str, problems: &mut Problems) -> V
         .collect()
 }
 
+/// A route's `TRACE` could never match unless TRACE is forwarded: it is answered 405 before
+/// routing.
+pub(super) fn check_trace_routes(allow_trace: bool, routes: &[RawRoute], problems: &mut Problems) {
+    if allow_trace {
+        return;
+    }
+    for (i, route) in routes.iter().enumerate() {
+        for (j, text) in route.methods.iter().flatten().enumerate() {
+            if text.eq_ignore_ascii_case("TRACE") {
+                problems.push(
+                    format!("routes[{i}].methods[{j}]"),
+                    "TRACE is answered 405 before routing: set [server] allow_trace = true to route it",
+                );
+            }
+        }
+    }
+}
+
 /// A key part that reads a field whose name has a `_` can only see it when such fields are
 /// allowed; otherwise the field is gone before keys are read and the limit would never apply.
 pub(super) fn check_underscored_keys(

@@ -118,6 +118,7 @@ pub(super) fn server(raw: &RawServer, problems: &mut Problems) -> ServerConfig {
         tls: Vec::new(),
         underscores: requests::underscores(raw, problems),
         escaped_slashes: requests::escaped_slashes(raw, problems),
+        allow_trace: raw.allow_trace.unwrap_or(false),
     }
 }
 

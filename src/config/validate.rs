@@ -61,6 +61,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
         &mut problems,
     );
     let routes = routes(&raw.routes, &upstream_index, &limit_rules, &mut problems);
+    requests::check_trace_routes(server.allow_trace, &raw.routes, &mut problems);
     unique_names(
         routes.iter().map(|r| r.name.as_str()),
         "routes",

@@ -164,17 +164,22 @@ fn find_line_end(buf: &[u8], limit: usize) -> Result<Option<usize>, FramingError
     }
 }
 
-/// The size of a chunk line: hex digits, then optional extensions after `;`.
+/// The size of a chunk line: hex digits, then optional extensions after `;`. RFC 9112 §7.1
+/// puts no bound on the digits (`chunk-size = 1*HEXDIG`): any number of them whose value fits
+/// a u64, leading zeros and all, as hyper reads them; the line's length is bounded instead.
 fn chunk_size(line: &[u8]) -> Option<u64> {
     let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
-    if digits == 0 || digits > 15 {
+    if digits == 0 {
         return None;
     }
     let rest = line[digits..].trim_ascii_start();
     if !rest.is_empty() && rest[0] != b';' {
         return None;
     }
-    u64::from_str_radix(std::str::from_utf8(&line[..digits]).ok()?, 16).ok()
+    line[..digits].iter().try_fold(0u64, |size, &b| {
+        let digit = char::from(b).to_digit(16)?;
+        size.checked_mul(16)?.checked_add(u64::from(digit))
+    })
 }
 
 /// Parsed fields as a header map (httparse has checked names and values): a trailer

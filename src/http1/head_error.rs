@@ -11,7 +11,8 @@ pub(crate) enum HeadError {
     TooLarge(usize),
     #[error("the request head has more than {0} fields")]
     TooManyFields(usize),
-    #[error("only HTTP/1.0 and HTTP/1.1 are served over this connection")]
+    /// A well-formed version whose major version is not 1 (RFC 9110 §15.6.6).
+    #[error("only HTTP/1.x is served over this connection")]
     Version,
     #[error("the HTTP/2 preface is only read at the start of a connection")]
     LatePreface,

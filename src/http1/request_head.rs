@@ -14,6 +14,9 @@ use super::connection::ConnectionOptions;
 use super::fields::{Role, list_items, role};
 use super::framing::{header_map, parse_decimal};
 use super::request_fields::{FieldLines, RequestFields};
+pub(crate) use version::{LineVersion, line_version};
+
+mod version;
 
 /// What a server makes of a request head's parts: its request, with no body or upgrade yet.
 /// Built where the head is parsed and returned once, not built from a head type of its own:
@@ -80,7 +83,7 @@ pub(crate) fn parse_request<R: FromParts>(read: &mut BytesMut, max_head: usize) 
         Err(httparse::Error::Version) if read.starts_with(b"PRI * HTTP/2.0\r\n") => {
             return Parsed::Refused(HeadError::LatePreface);
         }
-        Err(httparse::Error::Version) => return Parsed::Refused(HeadError::Version),
+        Err(httparse::Error::Version) => return other_version(read, max_head),
         Err(error) => return Parsed::Refused(HeadError::Malformed(error)),
     };
     // Filled in place and moved once, into the request: a head's fields are a few hundred
@@ -112,6 +115,26 @@ pub(crate) fn parse_request<R: FromParts>(read: &mut BytesMut, max_head: usize) 
         asks_upgrade: framing.asks_upgrade,
         takes_trailers: framing.takes_trailers,
     })
+}
+
+/// A request line httparse refused for its version: HTTP/1.x above 1.1 is read as HTTP/1.1
+/// (RFC 9110 §2.5), a well-formed other major version is a 505 (RFC 9110 §15.6.6), anything
+/// else a malformed request line (400, RFC 9112 §3), as nginx answers each.
+fn other_version<R: FromParts>(read: &mut BytesMut, max_head: usize) -> Parsed<R> {
+    match line_version(read) {
+        LineVersion::HigherMinor(minor) => {
+            // The version is not kept as sent: what follows reads an HTTP/1.1 request.
+            read[minor] = b'1';
+            parse_request(read, max_head)
+        }
+        LineVersion::Partial if read.len() < max_head => Parsed::Partial,
+        LineVersion::Partial => Parsed::Refused(HeadError::TooLarge(max_head)),
+        LineVersion::Unsupported => Parsed::Refused(HeadError::Version),
+        // Not refused for its version, then: a malformed request line.
+        LineVersion::Implemented | LineVersion::Malformed => {
+            Parsed::Refused(HeadError::Malformed(httparse::Error::Version))
+        }
+    }
 }
 
 /// A parsed head's parts, as places in its bytes.

@@ -7,7 +7,7 @@
 mod forward;
 pub(crate) mod record;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,6 +29,7 @@ use record::RequestLog;
 /// The client side of a connection, as the pipeline sees it.
 #[derive(Debug, Clone)]
 pub(crate) struct ClientConnection {
+    /// As the socket reports it: a dual-stack listener's IPv4 peers are IPv4-mapped.
     pub peer: SocketAddr,
     /// `"http"` or `"https"`, for X-Forwarded-Proto.
     pub proto: &'static str,
@@ -38,7 +39,7 @@ pub(crate) struct ClientConnection {
 
 impl ClientConnection {
     pub(crate) fn new(peer: SocketAddr, proto: &'static str) -> ClientConnection {
-        let address = peer.ip().to_string();
+        let address = canonical_ip(peer).to_string();
         let peer_header =
             HeaderValue::from_str(&address).unwrap_or_else(|_| HeaderValue::from_static("unknown"));
         ClientConnection {
@@ -47,6 +48,16 @@ impl ClientConnection {
             peer_header,
         }
     }
+
+    /// The peer's address in its one form, as the limiter counts it, the log and the upstream's
+    /// fields name it: `::ffff:192.0.2.1` (a dual-stack listener's IPv4 peer) is `192.0.2.1`.
+    pub(crate) fn peer_ip(&self) -> IpAddr {
+        canonical_ip(self.peer)
+    }
+}
+
+fn canonical_ip(peer: SocketAddr) -> IpAddr {
+    peer.ip().to_canonical()
 }
 
 /// Answers one request. Never fails: errors become problem+json answers here.
@@ -106,7 +117,7 @@ fn proxy<'r>(
         {
             request.path().clone_into(path);
         }
-        let client_ip = runtime.client_ip.resolve(client.peer.ip(), &request.fields);
+        let client_ip = runtime.client_ip.resolve(client.peer_ip(), &request.fields);
         log.client_ip = Some(client_ip.ip);
         let route = route_of(&runtime.router, &request)?;
         log.route = Some(&route.name);
@@ -216,4 +227,19 @@ fn check_header_size(request: &ProxyRequest, limit: usize) -> Result<(), Gateway
         return Err(GatewayError::HeadersTooLarge { limit });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv4_mapped_peer_is_its_ipv4_address_in_every_field_made_from_it() {
+        let mapped: SocketAddr = "[::ffff:192.0.2.1]:4000".parse().unwrap();
+        let client = ClientConnection::new(mapped, "http");
+        assert_eq!(client.peer_header, "192.0.2.1");
+        assert_eq!(client.peer_ip(), IpAddr::from([192, 0, 2, 1]));
+        let v6: SocketAddr = "[2001:db8::7]:4000".parse().unwrap();
+        assert_eq!(ClientConnection::new(v6, "http").peer_header, "2001:db8::7");
+    }
 }

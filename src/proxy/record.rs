@@ -90,7 +90,7 @@ impl<'r> RequestLog<'r> {
             tracing::info!(
                 target: "access",
                 request_id = request_id.as_str(),
-                client_ip = %self.client_ip.unwrap_or(client.peer.ip()),
+                client_ip = %self.client_ip.unwrap_or(client.peer_ip()),
                 %method,
                 path,
                 route = self.route.unwrap_or(""),

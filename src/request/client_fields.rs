@@ -113,6 +113,7 @@ impl ClientFields {
 
     /// The X-Real-IP value for `client`, written into `out`, when the gateway writes one.
     pub(crate) fn x_real_ip<'b>(&self, client: IpAddr, out: &'b mut [u8; 64]) -> Option<&'b [u8]> {
+        let client = client.to_canonical();
         self.writes
             .x_real_ip
             .then(|| written(out, format_args!("{client}")))
@@ -121,7 +122,7 @@ impl ClientFields {
     /// The Forwarded value for `client`, written into `out`, when the gateway writes one:
     /// `for=192.0.2.1`, an IPv6 address bracketed and quoted (RFC 7239 §6).
     pub(crate) fn forwarded<'b>(&self, client: IpAddr, out: &'b mut [u8; 64]) -> Option<&'b [u8]> {
-        self.writes.forwarded.then(|| match client {
+        self.writes.forwarded.then(|| match client.to_canonical() {
             IpAddr::V4(v4) => written(out, format_args!("for={v4}")),
             IpAddr::V6(v6) => written(out, format_args!("for=\"[{v6}]\"")),
         })

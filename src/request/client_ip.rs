@@ -59,7 +59,7 @@ pub struct ClientIp {
 
 impl ClientIpPolicy {
     pub fn resolve(&self, peer: IpAddr, fields: &RequestFields) -> ClientIp {
-        let peer = normalize(peer);
+        let peer = peer.to_canonical();
         if !self.trusted_proxies.contains(peer) {
             return ClientIp {
                 ip: peer,
@@ -188,15 +188,8 @@ pub(crate) fn parse_node(text: &str) -> Option<IpAddr> {
                 .parse::<IpAddr>()
                 .ok()
         })?;
-    Some(normalize(ip))
-}
-
-/// IPv4-mapped IPv6 (`::ffff:a.b.c.d`, as dual-stack sockets report) becomes plain IPv4.
-pub(crate) fn normalize(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    }
+    // IPv4-mapped IPv6 (`::ffff:a.b.c.d`) is the IPv4 address, in one form everywhere.
+    Some(ip.to_canonical())
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ mod tests;
 
 use std::time::Duration;
 
-use http::{Response, StatusCode};
+use http::{HeaderValue, Response, StatusCode, header};
 
 use crate::config::ResponseStyle;
 use crate::fields::added::{Added, AddedFields};
@@ -93,6 +93,10 @@ impl GatewayError {
             // RFC 9112 §6.1: a transfer coding the server does not understand.
             GatewayError::BadRequest(crate::request::canonical::BadRequest::TransferCoding(_)) => {
                 StatusCode::NOT_IMPLEMENTED
+            }
+            // RFC 9110 §15.5.6, with `Allow` (`error_response`).
+            GatewayError::BadRequest(crate::request::canonical::BadRequest::Trace) => {
+                StatusCode::METHOD_NOT_ALLOWED
             }
             GatewayError::Head(error) => head_status(error),
             GatewayError::BadRequest(_)
@@ -270,5 +274,16 @@ pub(crate) fn error_response(
         tracing::debug!(error = %error, "request refused");
     }
     let detail = [Text(&error.public_detail())];
-    problem_response(status, "about:blank", &detail, request_id)
+    let mut response = problem_response(status, "about:blank", &detail, request_id);
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        // RFC 9110 §15.5.6: a 405 lists the methods the resource supports. The gateway forwards
+        // any method but TRACE and CONNECT; these are RFC 9110's and PATCH (RFC 5789).
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(ALLOWED_METHODS));
+    }
+    response
 }
+
+/// `Allow` of a 405 (TRACE refused).
+const ALLOWED_METHODS: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";

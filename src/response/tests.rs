@@ -29,6 +29,21 @@ async fn problem_has_every_field_and_the_request_id() {
     assert_eq!(json["detail"], "no route matches GET /x");
 }
 
+#[tokio::test]
+async fn a_refused_trace_is_a_405_listing_the_methods_forwarded() {
+    let error = GatewayError::BadRequest(crate::request::canonical::BadRequest::Trace);
+    let response = error_response(&error, &RequestId::Kept(HeaderValue::from_static("abc")));
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    let allow = response.headers()[header::ALLOW].to_str().unwrap();
+    assert!(allow.contains("GET") && !allow.contains("TRACE"), "{allow}");
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        (json["status"].as_u64(), json["detail"].as_str()),
+        (Some(405), Some("TRACE is not served"))
+    );
+}
+
 async fn detail_of(response: Response<ResponseBody>) -> String {
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let json: serde_json::Value = serde_json::from_slice(&bytes).unwrap();

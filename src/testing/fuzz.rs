@@ -101,6 +101,7 @@ pub fn request(bytes: &[u8]) {
     let policy = Policy {
         escaped_slashes: EscapedSlashes::Keep,
         underscores: Underscores::Drop,
+        allow_trace: false,
         trailers: Arc::new(TrailerFilter::new(Vec::new(), Underscores::Drop)),
     };
     let own = canonicalize(own, &policy).map(facts);

@@ -80,13 +80,23 @@ fn chunk_lines_must_be_hex_sizes_with_optional_extensions() {
     assert_eq!(chunk_size(b"1a"), Some(26));
     assert_eq!(chunk_size(b"1A ; name=\"v\""), Some(26));
     assert_eq!(chunk_size(b"0"), Some(0));
+    // RFC 9112 §7.1: `1*HEXDIG`, as many as fit a u64, leading zeros and all (as hyper).
+    assert_eq!(chunk_size(b"1000000000000000"), Some(1 << 60));
+    assert_eq!(chunk_size(b"ffffffffffffffff"), Some(u64::MAX));
+    assert_eq!(chunk_size(b"0000000000000000001"), Some(1));
+    assert_eq!(chunk_size(&[b'0'; 200]), Some(0));
+    assert_eq!(
+        chunk_size(b"00000000000000000000ffffffffffffffff;x"),
+        Some(u64::MAX)
+    );
     for bad in [
         &b""[..],
         b"x",
         b"-1",
         b"1 2",
         b"+5",
-        b"1000000000000000",
+        b"10000000000000000",
+        b"1ffffffffffffffff",
         b" 5",
     ] {
         assert_eq!(chunk_size(bad), None, "{:?}", String::from_utf8_lossy(bad));
@@ -145,4 +155,30 @@ fn content_lengths_are_read_up_to_the_largest_u64_and_no_further() {
             String::from_utf8_lossy(bad)
         );
     }
+}
+
+#[test]
+fn a_chunk_size_of_sixteen_digits_or_more_leading_zeros_is_read_and_an_overflow_refused() {
+    let wire =
+        b"0000000000000005\r\nhello\r\n00000000000000000000001\r\n!\r\n0000000000000000\r\n\r\n";
+    let (data, _, after) = decode_in_pieces(Framing::Chunked(Chunk::Size), wire, &[3, 7]).unwrap();
+    assert_eq!((&data[..], &after[..]), (&b"hello!"[..], &b""[..]));
+    // The largest size: the data that came is a frame, the rest is waited for.
+    let (data, _, _) = decode_in_pieces(
+        Framing::Chunked(Chunk::Size),
+        b"ffffffffffffffff\r\nab",
+        &[64],
+    )
+    .unwrap();
+    assert_eq!(data, b"ab");
+    let error = decode_in_pieces(
+        Framing::Chunked(Chunk::Size),
+        b"10000000000000000\r\n",
+        &[64],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(error, FramingError::Framing("invalid chunk size line")),
+        "{error}"
+    );
 }

@@ -63,3 +63,41 @@ fn a_head_split_anywhere_is_partial_and_one_over_the_limit_is_refused() {
     let large = parse_request::<Parts>(&mut BytesMut::from(head), 10);
     assert!(matches!(large, Parsed::Refused(HeadError::TooLarge(10))));
 }
+
+#[test]
+fn a_higher_minor_version_is_read_as_http11_and_another_major_version_is_refused() {
+    let higher = parsed("GET / HTTP/1.2\r\nHost: x\r\n\r\n");
+    assert_eq!(higher.request.version, Version::HTTP_11);
+    assert!(higher.keep_alive, "HTTP/1.1's default");
+    let head = "GET / HTTP/1.9\r\nHost: x\r\n\r\n";
+    for cut in 0..head.len() {
+        let partial = parse_request::<Parts>(&mut BytesMut::from(&head[..cut]), 1024);
+        assert!(matches!(partial, Parsed::Partial), "{cut}");
+    }
+    let refused = |head: &str| match parse_request::<Parts>(&mut BytesMut::from(head), 1024) {
+        Parsed::Refused(error) => error,
+        _ => panic!("{head:?} not refused"),
+    };
+    for other in ["HTTP/2.0", "HTTP/3.0"] {
+        let error = refused(&format!("GET / {other}\r\nHost: x\r\n\r\n"));
+        assert!(matches!(error, HeadError::Version), "{other}: {error}");
+    }
+    for malformed in [
+        "HTTP/1.x",
+        "HTTP/1",
+        "http/1.1",
+        "HTTP/1.10",
+        "HTTP/2",
+        "",
+        "HTTP/1.1 ",
+    ] {
+        let error = refused(&format!("GET / {malformed}\r\nHost: x\r\n\r\n"));
+        assert!(
+            matches!(error, HeadError::Malformed(_)),
+            "{malformed}: {error}"
+        );
+    }
+    // The rest of a line that may still be a version is waited for.
+    let cut = parse_request::<Parts>(&mut BytesMut::from("GET / HTTP/2.0\r"), 1024);
+    assert!(matches!(cut, Parsed::Partial));
+}

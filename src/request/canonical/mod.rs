@@ -53,16 +53,22 @@ pub enum Underscores {
 pub(crate) struct Policy {
     pub escaped_slashes: EscapedSlashes,
     pub underscores: Underscores,
+    /// `[server] allow_trace`: TRACE goes upstream; otherwise it is refused (405).
+    pub allow_trace: bool,
     pub trailers: Arc<TrailerFilter>,
 }
 
-/// Why a request has no canonical form: each is a 400.
+/// Why a request has no canonical form: each is a 400, but for the two `status` names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum BadRequest {
     #[error("the method {0:?} is not an upper-case token")]
     Method(String),
     #[error("CONNECT is not served: this gateway is not a forward proxy")]
     Connect,
+    /// RFC 9110 §9.3.8: TRACE echoes the request, fields the gateway added included, to
+    /// whoever sent it; nginx answers it 405 too.
+    #[error("TRACE is not served")]
+    Trace,
     #[error("the request has no Host field")]
     MissingHost,
     #[error("the request has more than one Host field")]
@@ -165,7 +171,7 @@ pub(crate) fn canonicalize(raw: ProxyRequest, policy: &Policy) -> Result<Request
         upgrade,
         body,
     } = raw;
-    check_method(&method)?;
+    check_method(&method, policy.allow_trace)?;
     if let Some(name) = fields.first_padded() {
         return Err(BadRequest::PaddedValue(name.to_owned()));
     }
@@ -218,10 +224,14 @@ pub(crate) fn canonicalize(raw: ProxyRequest, policy: &Policy) -> Result<Request
 }
 
 /// Upper-case letters, `_` and `-` only, as nginx accepts: `post` is not `POST` to a route,
-/// and an upstream that upper-cases methods must not see it become one.
-fn check_method(method: &Method) -> Result<(), BadRequest> {
+/// and an upstream that upper-cases methods must not see it become one. TRACE only when
+/// `allow_trace`.
+fn check_method(method: &Method, allow_trace: bool) -> Result<(), BadRequest> {
     if method == Method::CONNECT {
         return Err(BadRequest::Connect);
+    }
+    if method == Method::TRACE && !allow_trace {
+        return Err(BadRequest::Trace);
     }
     let text = method.as_str();
     let valid = text

@@ -5,6 +5,7 @@ fn policy(underscores: Underscores) -> Policy {
     Policy {
         escaped_slashes: EscapedSlashes::Keep,
         underscores,
+        allow_trace: false,
         trailers: Arc::new(TrailerFilter::new(Vec::new(), underscores)),
     }
 }
@@ -194,6 +195,28 @@ fn connect_is_refused_in_any_form() {
             "{head}"
         );
     }
+}
+
+#[test]
+fn trace_is_refused_unless_allowed_over_either_protocol() {
+    let head = "TRACE /x HTTP/1.1\r\nHost: api.example\r\n\r\n";
+    for version in [Version::HTTP_11, Version::HTTP_2] {
+        assert_eq!(refusal(head, version), BadRequest::Trace, "{version:?}");
+        let allowing = Policy {
+            allow_trace: true,
+            ..policy(Underscores::Drop)
+        };
+        for raw in both(head, version) {
+            let request = canonicalize(raw, &allowing).unwrap();
+            assert_eq!(request.method, Method::TRACE);
+        }
+    }
+    // Methods are case-sensitive (RFC 9110 §9.1): `trace` is refused as any lower-case one.
+    let lower = "trace /x HTTP/1.1\r\nHost: api.example\r\n\r\n";
+    assert!(matches!(
+        refusal(lower, Version::HTTP_11),
+        BadRequest::Method(_)
+    ));
 }
 
 #[test]

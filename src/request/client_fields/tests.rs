@@ -84,6 +84,8 @@ fn the_written_values_carry_the_address_rfc_7239_quotes_ipv6() {
     for (client, real_ip, forwarded) in [
         ("192.0.2.1", "192.0.2.1", "for=192.0.2.1"),
         ("2001:db8::7", "2001:db8::7", "for=\"[2001:db8::7]\""),
+        // A dual-stack listener's IPv4 peer: one form, the IPv4 address the limiter counted.
+        ("::ffff:192.0.2.1", "192.0.2.1", "for=192.0.2.1"),
         (longest, longest, &format!("for=\"[{longest}]\"")),
     ] {
         let client: IpAddr = client.parse().unwrap();

@@ -14,7 +14,7 @@ use super::reader::{Pumped, Reader};
 use crate::http1::request_body::server_body;
 use crate::http1::request_head::{ReadRequest, read_for_fuzzing};
 use crate::request::canonical::ProxyRequest;
-use crate::testing::fuzz::request_head::{Compared, compare};
+use crate::testing::fuzz::request_head::{Compared, compare, read_by_hyper};
 
 /// Requests both servers read alike: method, target, version, fields and body bytes.
 const READ_ALIKE: &[&str] = &[
@@ -39,6 +39,9 @@ const READ_ALIKE: &[&str] = &[
     "GET / HTTP/1.1\r\nHost : a\r\n\r\n",
     "GET / HTTP/1.1\r\n Host: a\r\n\r\n",
     "GET / HTTP/2.0\r\n\r\n",
+    "GET / HTTP/1.x\r\n\r\n",
+    "GET / http/1.1\r\n\r\n",
+    "GET / HTTP/1.10\r\n\r\n",
     "GET /\x01 HTTP/1.1\r\n\r\n",
     "POST /p HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
     "POST /p HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
@@ -86,6 +89,24 @@ fn hand_picked_requests_are_read_as_hyper_reads_them() {
     }
 }
 
+/// hyper answers 400 to `HTTP/1.2`; the own server reads it as the HTTP/1.1 request it is
+/// (RFC 9110 §2.5), and `compare` gives hyper the same bytes as `HTTP/1.1`.
+#[test]
+fn a_higher_minor_version_is_read_as_http11_where_hyper_refuses_it() {
+    let bytes = b"POST /p HTTP/1.2\r\nHost: a\r\nContent-Length: 2\r\n\r\nok";
+    assert!(read_by_hyper(bytes).is_none(), "hyper refuses HTTP/1.2");
+    match read_for_fuzzing::<ProxyRequest>(bytes) {
+        ReadRequest::Request(request, Ok(body)) => {
+            assert_eq!(
+                (request.version, &body[..]),
+                (http::Version::HTTP_11, &b"ok"[..])
+            );
+        }
+        _ => panic!("HTTP/1.2 not read"),
+    }
+    assert!(matches!(compare(bytes), Ok(Compared::Same)));
+}
+
 #[test]
 fn chunked_applied_twice_is_a_framing_error_not_an_unknown_coding() {
     let bytes = b"POST /p HTTP/1.1\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n";
@@ -114,7 +135,7 @@ proptest! {
     #[test]
     fn generated_requests_are_read_as_hyper_reads_them(
         method in prop_oneof![Just("GET"), Just("POST"), Just("HEAD"), Just("PUT")],
-        version in prop_oneof![Just("1.1"), Just("1.0")],
+        version in prop_oneof![Just("1.1"), Just("1.0"), Just("1.2")],
         fields in vec(prop_oneof![
             Just("Host: a".to_owned()),
             Just("Content-Length: 3".to_owned()),

@@ -9,7 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use ipnet::IpNet;
 
 use crate::http1::request_fields::RequestFields;
-use crate::request::client_ip::{ClientIp, ClientIpPolicy, ForwardHeader, normalize, parse_node};
+use crate::request::client_ip::{ClientIp, ClientIpPolicy, ForwardHeader, parse_node};
 use crate::request::ip_set::IpSet;
 
 /// Addresses no fuzz input makes trusted unless they appear in it.
@@ -46,7 +46,7 @@ pub fn forwarded(bytes: &[u8]) {
     };
     let resolved = resolve(&policy, peer, &lines);
     let trusted = |ip| policy.trusted_proxies.contains(ip);
-    let peer = normalize(peer);
+    let peer = peer.to_canonical();
     assert_eq!(resolved.peer_trusted, trusted(peer));
     if !resolved.peer_trusted {
         assert_eq!(resolved.ip, peer);

@@ -2,7 +2,8 @@
 //! (followed by the client's close): both take a request or neither does, and when both do,
 //! the method, target, version, fields and body bytes agree. Where the own server is stricter
 //! by design, `differs_by_design` names the rule and its RFC section; anything else that
-//! differs is a finding.
+//! differs is a finding. A request line's `HTTP/1.2` to `HTTP/1.9`, which hyper refuses and
+//! the own server reads as HTTP/1.1, is given to hyper as `HTTP/1.1`.
 
 use std::cell::RefCell;
 use std::convert::Infallible;
@@ -17,7 +18,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::runtime;
 use crate::http1::HeadError;
-use crate::http1::request_head::{ReadRequest, read_for_fuzzing};
+use crate::http1::request_head::{LineVersion, ReadRequest, line_version, read_for_fuzzing};
 use crate::request::canonical::ProxyRequest;
 
 /// A request as read: its field names in lowercase, in order of name; its body, or why it
@@ -46,7 +47,7 @@ pub fn request_head(bytes: &[u8]) {
 /// Compares the two servers on `bytes`; Err describes a difference no rule explains.
 pub fn compare(bytes: &[u8]) -> Result<Compared, String> {
     let own = read_for_fuzzing::<ProxyRequest>(bytes);
-    let hyper = read_by_hyper(bytes);
+    let hyper = read_by_hyper(&as_hyper_reads_http11(bytes));
     match (own, hyper) {
         (ReadRequest::Request(request, body), Some(hyper)) => {
             if let (Err(reason), Ok(_)) = (&body, &hyper.body)
@@ -80,6 +81,20 @@ pub fn compare(bytes: &[u8]) -> Result<Compared, String> {
             Some(rule) => Ok(Compared::StricterByDesign(rule)),
             None => Err(format!("refused here ({error}), read by hyper: {hyper:?}")),
         },
+    }
+}
+
+/// `bytes` with a request line's `HTTP/1.<d>`, `d` above 1, as `HTTP/1.1`: the own server
+/// reads the one as the other (RFC 9110 §2.5: a recipient uses the highest minor version it
+/// implements) where hyper answers 400; the rest of the message is compared alike.
+fn as_hyper_reads_http11(bytes: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    match line_version(bytes) {
+        LineVersion::HigherMinor(minor) => {
+            let mut bytes = bytes.to_vec();
+            bytes[minor] = b'1';
+            bytes.into()
+        }
+        _ => bytes.into(),
     }
 }
 

@@ -185,3 +185,39 @@ async fn a_transfer_coding_other_than_chunked_is_not_implemented() {
     assert_eq!(raw_status(gateway.addr, request.as_bytes()).await, 501);
     assert!(drain(&mut received).is_empty());
 }
+
+/// RFC 9110 §9.3.8: TRACE echoes the request, the gateway's fields with it, to the client;
+/// nginx answers it 405. Refused every way (405 with `Allow`, RFC 9110 §15.5.6) unless
+/// `[server] allow_trace = true`, which forwards it.
+#[tokio::test]
+async fn trace_is_a_405_unless_allowed_then_forwarded() {
+    let (upstream, mut received) = recording_upstream().await;
+    let routes = one_route_config(&[upstream.url()], "");
+    let refusing = TestGateway::start(&routes).await;
+    let trace = Raw {
+        method: "TRACE",
+        target: "/echo",
+        fields: &[("Host", "api.test")],
+    };
+    for via in EVERY_WAY {
+        assert_eq!(status_via(refusing.addr, via, &trace).await, 405, "{via:?}");
+    }
+    let answer = raw_answer(refusing.addr, http1_head(Via::Own, &trace).as_bytes()).await;
+    let allow = answer.lines().find_map(|l| l.strip_prefix("allow: "));
+    assert_eq!(
+        allow,
+        Some("GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH"),
+        "{answer}"
+    );
+    assert!(drain(&mut received).is_empty());
+    let forwarding = TestGateway::start(&format!("allow_trace = true\n{routes}")).await;
+    for via in EVERY_WAY {
+        assert_eq!(
+            status_via(forwarding.addr, via, &trace).await,
+            200,
+            "{via:?}"
+        );
+    }
+    let methods: Vec<String> = drain(&mut received).into_iter().map(|r| r.method).collect();
+    assert_eq!(methods, ["TRACE"; 3]);
+}

@@ -554,6 +554,29 @@ upstream = "api"
     assert!(!problems(&allowed).iter().any(|l| l.contains("limits[0]")));
 }
 
+#[test]
+fn allow_trace_is_a_boolean_and_a_trace_route_needs_it() {
+    let text = VALID.replace("[server]", "[server]\nallow_trace = \"yes\"");
+    let lines = problems(&text);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("server.allow_trace") && lines[0].contains("expected a boolean"),
+        "{lines:?}"
+    );
+    let routed = VALID.replace(
+        "upstream = \"api\"",
+        "methods = [\"GET\", \"TRACE\"]\nupstream = \"api\"",
+    );
+    assert_eq!(
+        problems(&routed),
+        [
+            "gw.toml: routes[0].methods[1]: TRACE is answered 405 before routing: set [server] allow_trace = true to route it"
+        ]
+    );
+    let allowed = routed.replace("[server]", "[server]\nallow_trace = true");
+    parse_str(&allowed, "gw.toml").expect("TRACE routed when allowed");
+}
+
 /// Every deadline of issue 31's table: its default, and a bad value named by its key path.
 #[test]
 fn the_deadlines_have_defaults_and_bad_values_name_their_paths() {

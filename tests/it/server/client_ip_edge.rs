@@ -321,3 +321,56 @@ async fn ip_lists_load_from_files_next_to_the_config() {
         "{error}"
     );
 }
+
+/// A dual-stack listener on `[::]` reports an IPv4 client as `::ffff:127.0.0.1`: the limiter,
+/// X-Forwarded-For, X-Real-IP and Forwarded all name it `127.0.0.1`, one form
+/// (`IpAddr::to_canonical`).
+#[tokio::test]
+async fn an_ipv4_client_of_a_dual_stack_listener_is_named_in_its_ipv4_form_upstream() {
+    let (upstream, mut received) = support::recording::recording_upstream().await;
+    let config = format!(
+        r#"
+[client_ip]
+set_x_real_ip = true
+set_forwarded = true
+
+[ip_lists]
+local = ["127.0.0.1/32"]
+
+[edge]
+rate = "1/h"
+burst = 1
+overrides = [{{ list = "local", exempt = true }}]
+{}"#,
+        one_route_config(&[upstream.url()], "")
+    );
+    let Some(gateway) = TestGateway::start_on("[::]:0", &config).await else {
+        eprintln!("skipped: this machine cannot listen on [::] (no IPv6)");
+        return;
+    };
+    let v4 = std::net::SocketAddr::from(([127, 0, 0, 1], gateway.addr.port()));
+    match tokio::net::TcpStream::connect(v4).await {
+        Ok(probe) => assert_eq!(probe.local_addr().unwrap().ip(), v4.ip()),
+        Err(error) => {
+            eprintln!("skipped: [::] is not dual-stack on this machine ({error})");
+            return;
+        }
+    }
+    let head = b"GET /who HTTP/1.1\r\nHost: t\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n";
+    // The edge exempts 127.0.0.1 only: a burst of one would refuse the second request if the
+    // limiter counted another form of the address.
+    for round in 0..3 {
+        assert_eq!(
+            support::recording::raw_status(v4, head).await,
+            200,
+            "{round}"
+        );
+    }
+    let recorded = support::recording::drain(&mut received);
+    assert_eq!(recorded.len(), 3);
+    for request in &recorded {
+        assert_eq!(request.all("x-forwarded-for"), ["127.0.0.1"], "{request:?}");
+        assert_eq!(request.all("x-real-ip"), ["127.0.0.1"], "{request:?}");
+        assert_eq!(request.all("forwarded"), ["for=127.0.0.1"], "{request:?}");
+    }
+}

@@ -341,6 +341,40 @@ async fn a_malformed_head_gets_a_400_and_connection_close_is_honoured() {
     assert!(text.ends_with("\r\n\r\nok"), "{text}");
 }
 
+/// RFC 9110 §15.6.6: 505 only for a well-formed version of another major version; a
+/// malformed request line is a 400 (RFC 9112 §3), and HTTP/1.2 is served as HTTP/1.1
+/// (RFC 9110 §2.5).
+#[tokio::test]
+async fn a_request_line_gets_505_only_for_another_major_version_and_http_1_2_is_served() {
+    let upstream = TestUpstream::ok("ok").await;
+    let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
+    let lines = [
+        ("GET / HTTP/2.0", 505),
+        ("GET / HTTP/3.0", 505),
+        ("GET / HTTP/1.x", 400),
+        ("GET / HTTP/1", 400),
+        ("GET / http/1.1", 400),
+        ("GET / HTTP/1.10", 400),
+        ("GET / HTTP/2", 400),
+        ("GET / ", 400),
+        ("GET /", 400),
+    ];
+    for (line, status) in lines {
+        let head = format!("{line}\r\nHost: t\r\n\r\n");
+        let text = exchange_until_closed(gateway.addr, head.as_bytes()).await;
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{line:?}: {text}"
+        );
+    }
+    assert_eq!(upstream.hits(), 0);
+    let higher = b"GET / HTTP/1.2\r\nHost: t\r\nConnection: close\r\n\r\n";
+    let text = exchange_until_closed(gateway.addr, higher).await;
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert!(text.ends_with("\r\n\r\nok"), "{text}");
+    assert_eq!(upstream.hits(), 1);
+}
+
 /// The fields of each request an upstream got, as hyper read them there.
 async fn recording_upstream() -> (
     TestUpstream,

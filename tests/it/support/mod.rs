@@ -111,6 +111,16 @@ impl TestGateway {
         (TestGateway::serve(config, None).await, path)
     }
 
+    /// As `start`, listening on `listen` (`"[::]:0"`, say) instead; `None` when that cannot
+    /// be bound (no IPv6 on the machine).
+    pub async fn start_on(listen: &str, config_text: &str) -> Option<TestGateway> {
+        let text = format!("[server]\nlisten = [\"{listen}\"]\n{config_text}");
+        let config = ratelimit_proxy::testing::parse_str(&text, "test.toml")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let gateway = ratelimit_proxy::Gateway::bind(config).await.ok()?;
+        Some(TestGateway::serving(gateway))
+    }
+
     async fn serve(
         config: ratelimit_proxy::Config,
         clock: Option<Arc<dyn ratelimit_proxy::testing::Clock>>,
@@ -120,6 +130,10 @@ impl TestGateway {
             None => ratelimit_proxy::Gateway::bind(config).await,
         }
         .expect("bind");
+        TestGateway::serving(gateway)
+    }
+
+    fn serving(gateway: ratelimit_proxy::Gateway) -> TestGateway {
         let addr = gateway.local_addrs()[0];
         let tls_addr = gateway.tls_addrs().first().copied();
         let admin_addr = gateway.admin_addr();

@@ -228,6 +228,31 @@ async fn a_body_ended_by_closing_arrives_whole_and_its_connection_is_not_reused(
     assert_eq!(upstream.accepted(), 2);
 }
 
+/// RFC 9112 §6.3 item 4: a final coding other than chunked means the body ends with the
+/// connection; `identity` changes nothing, so the body is streamed as it came (not a 502).
+#[tokio::test]
+async fn an_identity_coded_answer_is_read_until_the_close_and_streamed_in_the_gateways_framing() {
+    let upstream = ScriptedUpstream::start(|_| {
+        Answer::SendAndClose(bytes(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: identity\r\n\r\n5\r\nuntil the end",
+        ))
+    })
+    .await;
+    let gateway = gateway_for(&upstream).await;
+    for _ in 0..2 {
+        let (response, body) = get(&gateway.url("/")).await;
+        assert_answer(&response, &body, StatusCode::OK, "5\r\nuntil the end", "");
+        // The gateway's own framing of a body of unknown length, not the upstream's coding.
+        let codings: Vec<_> = response
+            .headers()
+            .get_all("transfer-encoding")
+            .iter()
+            .collect();
+        assert_eq!(codings, ["chunked"]);
+    }
+    assert_eq!(upstream.accepted(), 2);
+}
+
 #[tokio::test]
 async fn interim_answers_are_skipped_and_the_final_one_forwarded() {
     let upstream = ScriptedUpstream::start(|_| {
@@ -598,4 +623,32 @@ async fn an_answers_end_to_end_fields_reach_the_client_through_either_server_and
     }
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(&body[..], b"ok");
+}
+
+/// RFC 9112 §7.1: `chunk-size = 1*HEXDIG`. Sizes of 16 digits or more, leading zeros and
+/// all, are read in both directions (the one decoder): a client's request body through the
+/// own server, an upstream's answer; a size past u64 is refused (the decoder's tests refuse
+/// it from an upstream too).
+#[tokio::test]
+async fn chunk_sizes_of_sixteen_digits_are_read_from_clients_and_upstreams() {
+    let upstream = ScriptedUpstream::start(|_| {
+        Answer::SendAndClose(bytes(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0000000000000004\r\nbody\r\n\
+             00000000000000000000a\r\n0123456789\r\n0000000000000000\r\n\r\n",
+        ))
+    })
+    .await;
+    let gateway = gateway_for(&upstream).await;
+    let request = b"POST /up HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\
+                    Transfer-Encoding: chunked\r\n\r\n0000000000000005\r\nhello\r\n\
+                    0000000000000000001\r\n!\r\n0000000000000000\r\n\r\n";
+    let text = exchange_until_closed(gateway.addr, request).await;
+    assert!(text.starts_with("HTTP/1.1 200 "), "{text}");
+    assert_eq!(upstream.received()[0].body, b"hello!");
+    let (response, body) = get(&gateway.url("/down")).await;
+    assert_answer(&response, &body, StatusCode::OK, "body0123456789", "");
+    let overflow = b"POST /up HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n\
+                     10000000000000000\r\nx\r\n";
+    let text = exchange_until_closed(gateway.addr, overflow).await;
+    assert!(text.starts_with("HTTP/1.1 400 "), "{text}");
 }
