@@ -16,7 +16,7 @@ use super::framing::{header_map, parse_decimal};
 use super::request_fields::{FieldLines, RequestFields};
 pub(crate) use version::{LineVersion, line_version};
 
-mod version;
+pub(crate) mod version;
 
 /// What a server makes of a request head's parts: its request, with no body or upgrade yet.
 /// Built where the head is parsed and returned once, not built from a head type of its own:

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use http::{HeaderMap, HeaderName, HeaderValue, Method};
 
 use crate::http1::request_fields::RequestFields;
+use crate::http1::request_head::version::{LineVersion, line_version};
 use crate::http1::request_head::{ReadRequest, read_for_fuzzing};
 use crate::request::canonical::ProxyRequest;
 use crate::request::canonical::path::{self, EscapedSlashes};
@@ -167,9 +168,15 @@ fn check((method, host, target, fields): &Facts) {
 
 /// The same request as hyper would hand it over: the head's fields in a map.
 fn as_map(request: &ProxyRequest, bytes: &[u8]) -> ProxyRequest {
+    // HTTP/1.2 to 1.9, which the own server reads as HTTP/1.1 (RFC 9110 §2.5), as httparse
+    // then reads them.
+    let mut bytes = bytes.to_vec();
+    if let LineVersion::HigherMinor(at) = line_version(&bytes) {
+        bytes[at] = b'1';
+    }
     let mut fields = [httparse::EMPTY_HEADER; 100];
     let mut parsed = httparse::Request::new(&mut fields);
-    let _ = parsed.parse(bytes);
+    let _ = parsed.parse(&bytes);
     let mut map = HeaderMap::new();
     for field in parsed.headers.iter() {
         let name = HeaderName::from_bytes(field.name.as_bytes());
