@@ -85,6 +85,10 @@ pub(crate) enum BadRequest {
     PaddedValue(String),
     #[error("the transfer coding {0:?} is not implemented: only chunked is")]
     TransferCoding(String),
+    /// An HTTP/2 `:scheme` other than http or https: this gateway serves those origins
+    /// only, and an upstream told of another may resolve the target differently.
+    #[error("the scheme {0:?} is not served: only http and https are")]
+    Scheme(String),
 }
 
 /// The host a request asked for, in canonical form (`host::canonical`): ASCII letters,
@@ -162,6 +166,19 @@ impl Request {
 }
 
 /// Validates `raw` and puts it in canonical form.
+/// An HTTP/2 request's `:scheme` (RFC 9113 §8.3.1): `http` or `https`, in any case.
+fn check_scheme(uri: &http::Uri) -> Result<(), BadRequest> {
+    match uri.scheme_str() {
+        None => Ok(()),
+        Some(scheme)
+            if scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https") =>
+        {
+            Ok(())
+        }
+        Some(other) => Err(BadRequest::Scheme(other.to_owned())),
+    }
+}
+
 pub(crate) fn canonicalize(raw: ProxyRequest, policy: &Policy) -> Result<Request, BadRequest> {
     let ProxyRequest {
         method,
@@ -179,6 +196,7 @@ pub(crate) fn canonicalize(raw: ProxyRequest, policy: &Policy) -> Result<Request
         return Err(BadRequest::TransferCoding(codings));
     }
     if version == Version::HTTP_2 {
+        check_scheme(&uri)?;
         fields.join_cookies();
     }
     // Read before the hop-by-hop fields go: the upgrade asked for is one of them.

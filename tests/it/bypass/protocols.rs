@@ -221,3 +221,21 @@ async fn trace_is_a_405_unless_allowed_then_forwarded() {
     let methods: Vec<String> = drain(&mut received).into_iter().map(|r| r.method).collect();
     assert_eq!(methods, ["TRACE"; 3]);
 }
+
+#[tokio::test]
+async fn an_http2_scheme_other_than_http_or_https_is_refused_and_nothing_forwarded() {
+    let (upstream, mut received) = recording_upstream().await;
+    let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
+    let mut sender = h2c_sender(gateway.addr).await;
+    for (target, status) in [
+        ("ftp://api.test/t", 400),
+        ("gopher://api.test/t", 400),
+        ("HTTPS://api.test/t", 200),
+        ("http://api.test/t", 200),
+    ] {
+        let request = http::Request::get(target).body(empty()).unwrap();
+        let answer = sender.send_request(request).await.unwrap();
+        assert_eq!(answer.status(), status, "{target}");
+    }
+    assert_eq!(drain(&mut received).len(), 2);
+}
