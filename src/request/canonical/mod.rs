@@ -299,9 +299,14 @@ fn canonical_target(uri: Uri, slashes: EscapedSlashes) -> Result<PathAndQuery, B
         path => path,
     };
     let normalized = path::normalize(path, slashes).map_err(BadRequest::Path)?;
+    // The target as sent when it is already canonical: not when its path is empty
+    // (`http://a.example?q`, whose `path()` reads "/"), which the upstream must get as "/".
+    let sent_as_is = uri
+        .path_and_query()
+        .is_some_and(|sent| sent.as_str().starts_with('/'));
     let path = match normalized {
         Some(path) => path,
-        None if path.len() == uri.path().len() => {
+        None if sent_as_is && path.len() == uri.path().len() => {
             let as_sent = uri.into_parts().path_and_query;
             return as_sent.ok_or(BadRequest::Path(PathError::NotOriginForm));
         }

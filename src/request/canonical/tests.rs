@@ -117,6 +117,11 @@ fn an_absolute_form_authority_wins_over_host() {
     for request in canonical(no_path, Version::HTTP_11) {
         assert_eq!(request.unwrap().target.as_str(), "/");
     }
+    // An empty path with a query asks for "/" too: the upstream never gets `GET ?key=1`.
+    let no_path = "GET http://target.example?key=1 HTTP/1.1\r\nHost: target.example\r\n\r\n";
+    for request in canonical(no_path, Version::HTTP_11) {
+        assert_eq!(request.unwrap().target.as_str(), "/?key=1");
+    }
 }
 
 #[test]

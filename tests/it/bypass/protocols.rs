@@ -239,3 +239,24 @@ async fn an_http2_scheme_other_than_http_or_https_is_refused_and_nothing_forward
     }
     assert_eq!(drain(&mut received).len(), 2);
 }
+
+#[tokio::test]
+async fn an_absolute_form_target_with_no_path_reaches_the_upstream_as_slash() {
+    let (upstream, mut received) = recording_upstream().await;
+    let gateway = TestGateway::start(&one_route_config(&[upstream.url()], "")).await;
+    for (target, expected) in [
+        ("http://api.test?key=1", "/?key=1"),
+        ("http://api.test", "/"),
+        ("http://api.test/?key=1", "/?key=1"),
+    ] {
+        let raw = format!("GET {target} HTTP/1.1\r\nHost: api.test\r\n\r\n");
+        assert_eq!(
+            raw_status(gateway.addr, raw.as_bytes()).await,
+            200,
+            "{target}"
+        );
+        let seen = drain(&mut received);
+        assert_eq!(seen.len(), 1, "{target}");
+        assert_eq!(seen[0].target, expected, "{target}");
+    }
+}
