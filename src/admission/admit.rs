@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use crate::admission::edge::EdgeDecision;
 use crate::admission::edge::EdgeLayer;
 use crate::admission::edge::EdgeVerdict;
+use crate::admission::limiter::LimitDecision;
 use crate::admission::limiter::Limiter;
-use crate::admission::limiter::{Evaluated, LimitDecision};
 use crate::admission::refusal::Refusal;
 use crate::admission::reservation::Reservation;
 use crate::admission::seen::{AdmissionRecord, LimitsSeen, StoreCall};
@@ -122,21 +122,22 @@ impl Gate<'_> {
             let error = evaluated.store_error.take();
             seen.store_call = Some(StoreCall { took, error });
         }
-        decided(evaluated, slot, &mut seen.limits)
+        decided(
+            evaluated.decision,
+            evaluated.reservations,
+            slot,
+            &mut seen.limits,
+        )
     }
 }
 
 /// The admission a limit decision makes, and what the metrics count of it in `seen`.
 fn decided(
-    evaluated: Evaluated,
+    decision: LimitDecision,
+    reservations: Vec<Reservation>,
     slot: Option<InFlightSlot>,
     seen: &mut LimitsSeen,
 ) -> Admission<'static> {
-    let Evaluated {
-        decision,
-        reservations,
-        ..
-    } = evaluated;
     let (refusal, limit) = match decision {
         LimitDecision::NotLimited => {
             let (statuses, delay) = (Small::new(), Duration::ZERO);

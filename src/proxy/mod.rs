@@ -176,21 +176,13 @@ fn proxy<'r>(
             asked
         ))
         .await;
-        let (mut response, answer) = match upstream_answer {
-            Ok(response) => {
-                let status = response.status().as_u16();
-                let from = AnsweredBy::Upstream;
-                (response, Answer { status, from })
-            }
-            Err(error) => {
-                let answer = Answer {
-                    status: error.status().as_u16(),
-                    from: error.answered_by(),
-                };
-                (response::error_response(&error, request_id), answer)
-            }
+        // Read before the answer is taken apart; only a request that reserved needs it.
+        let answer = (!reservations.is_empty()).then(|| answer_of(&upstream_answer));
+        let mut response = match upstream_answer {
+            Ok(response) => response,
+            Err(error) => response::error_response(&error, request_id),
         };
-        if !reservations.is_empty() {
+        if let Some(answer) = answer {
             let settler = &runtime.settler;
             let at_head = settler.at_head(reservations, answer, &mut response, request_id.as_str());
             log.settled = Some(at_head);
@@ -204,6 +196,20 @@ fn proxy<'r>(
         );
         response.body_mut().hold(slot, counted);
         Ok(response)
+    }
+}
+
+/// What settling needs to know of the upstream's answer, or of the error in its place.
+fn answer_of(answered: &Result<Response<ResponseBody>, GatewayError>) -> Answer {
+    match answered {
+        Ok(response) => Answer {
+            status: response.status().as_u16(),
+            from: AnsweredBy::Upstream,
+        },
+        Err(error) => Answer {
+            status: error.status().as_u16(),
+            from: error.answered_by(),
+        },
     }
 }
 

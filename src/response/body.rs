@@ -28,7 +28,9 @@ pub(crate) struct ResponseBody {
     _counted: Option<InFlightGauge>,
     /// Shown the upstream body's bytes as they pass, and told when it ended whole (a limit
     /// that settles by the body's usage). Dropped unfinished when the body is.
-    watcher: Option<Box<dyn BodyWatcher>>,
+    /// Boxed twice: one pointer, not two, in every response's body (which is moved as
+    /// the answer is written), for what few answers have.
+    watcher: Option<Box<Box<dyn BodyWatcher>>>,
 }
 
 /// Watches an upstream body go by, without holding or delaying it.
@@ -142,7 +144,7 @@ impl ResponseBody {
     /// Shows the upstream body to `watcher` as it passes (a body made here has no usage).
     pub(crate) fn watch(&mut self, watcher: Box<dyn BodyWatcher>) {
         if matches!(self.inner, Source::Upstream(_)) {
-            self.watcher = Some(watcher);
+            self.watcher = Some(Box::new(watcher));
         }
     }
 }
@@ -150,7 +152,7 @@ impl ResponseBody {
 /// Shows a polled frame to the watcher, and tells it when the body ended whole: at its last
 /// frame (a server stops polling a body that says it has ended) or when there are no more.
 fn watch_frame<E>(
-    watcher: &mut Option<Box<dyn BodyWatcher>>,
+    watcher: &mut Option<Box<Box<dyn BodyWatcher>>>,
     body: &PooledBody,
     polled: &Poll<Option<Result<Frame<Bytes>, E>>>,
 ) {
@@ -189,7 +191,9 @@ impl Body for ResponseBody {
         match &mut this.inner {
             Source::Upstream(body) => {
                 let polled = Pin::new(&mut *body).poll_frame(cx);
-                watch_frame(&mut this.watcher, body, &polled);
+                if this.watcher.is_some() {
+                    watch_frame(&mut this.watcher, body, &polled);
+                }
                 polled.map_err(Into::into)
             }
             Source::Generated { bytes, .. } => Pin::new(bytes)
