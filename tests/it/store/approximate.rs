@@ -8,7 +8,7 @@ use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use http::{Request, StatusCode};
 use support::fleet::*;
@@ -20,12 +20,6 @@ fn redis_store(server: &RedisServer, prefix: &str, extra: &str) -> String {
         "backend = \"redis\"\nurl = \"{}\"\nkey_prefix = \"{prefix}\"\n{extra}",
         server.url()
     )
-}
-
-/// Seconds until the current hour (UTC, the epoch's) ends.
-fn seconds_left_in_hour() -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    3600 - now.as_secs() % 3600
 }
 
 /// Requests with `api_key` to `path`, `lanes` at a time per gateway, until `stop`; the
@@ -79,19 +73,15 @@ async fn a_fleet_on_one_hot_key_admits_at_most_a_sliding_windows_limit_with_a_re
 async fn a_fleet_on_one_hot_key(algorithm: &str) {
     const LIMIT: usize = 300;
     const BOUND: usize = 0;
-    // A run (~10 s) must not cross the hour its windows are counted in (Redis's clock, which
-    // is this machine's): the window would start again. Waits in 1 run of ~200 at most.
-    // Fixed: Redis's clock cannot be given a manual one; the wait is for that clock's hour.
-    let left = seconds_left_in_hour();
-    if left < 20 {
-        tokio::time::sleep(Duration::from_secs(left + 1)).await;
-    }
+    // A run (~10 s) must not cross the window its counts are in (Redis's clock, which is this
+    // machine's): the window would start again. One with 20 s or more left is chosen.
+    let per = window_clear_of_its_end(Duration::from_secs(20));
     let server = RedisServer::start();
     let upstream = TestUpstream::ok("ok").await;
     let limits = limit(
         "hot",
         algorithm,
-        "[{ limit = 300, per = \"1h\" }]",
+        &format!("[{{ limit = 300, per = \"{per}\" }}]"),
         "consistency = \"approximate\"\nsync_interval = \"100ms\"\non_error = \"deny\"",
     );
     // A 2-core box under load may delay a sync; a long timeout keeps the leases from going

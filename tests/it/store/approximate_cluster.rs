@@ -9,7 +9,7 @@ use crate::support;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use http::{Request, StatusCode};
 use support::fleet::*;
@@ -23,12 +23,6 @@ const KEYS: usize = 9;
 
 fn keys() -> Vec<String> {
     (0..KEYS).map(|i| format!("key-{i}")).collect()
-}
-
-/// Seconds until the current hour (UTC, the epoch's) ends.
-fn seconds_left_in_hour() -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    3600 - now.as_secs() % 3600
 }
 
 fn approximate_config(
@@ -93,16 +87,12 @@ fn calls(cluster: &RedisCluster) -> Vec<HashMap<String, u64>> {
 async fn a_fleet_on_a_cluster_admits_at_most_each_limit_with_a_call_per_sync_per_master() {
     const LIMIT: usize = 100;
     let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
-    // A run (~10 s) must not cross the hour its windows are counted in (Redis's clock, which
-    // is this machine's): the window would start again. Waits in 1 run of ~200 at most.
-    // Fixed: Redis's clock cannot be given a manual one; the wait is for that clock's hour.
-    let left = seconds_left_in_hour();
-    if left < 20 {
-        tokio::time::sleep(Duration::from_secs(left + 1)).await;
-    }
+    // A run (~10 s) must not cross the window its counts are in (Redis's clock, which is this
+    // machine's): the window would start again. One with 20 s or more left is chosen.
+    let per = window_clear_of_its_end(Duration::from_secs(20));
     let cluster = RedisCluster::start();
     let upstream = TestUpstream::ok("ok").await;
-    let rates = "[{ limit = 100, per = \"1h\" }]";
+    let rates = &format!("[{{ limit = 100, per = \"{per}\" }}]");
     let text = approximate_config(&cluster, &upstream, "fleet:", rates, "500ms");
     let mut gateways = Vec::new();
     for _ in 0..3 {

@@ -153,3 +153,28 @@ pub async fn burst(
     }
     statuses
 }
+
+/// A window length (`"1h"`, `"2h"`, …) whose current calendar window (epoch-aligned, as
+/// `fixed_window` and `sliding_window` count, on Redis's clock: this machine's) has at least
+/// `at_least` left, so that a run of that long stays in one window without waiting for the
+/// next. Hours of co-prime lengths end together only once in years.
+pub fn window_clear_of_its_end(at_least: std::time::Duration) -> &'static str {
+    const HOURS: [(u64, &str); 7] = [
+        (1, "1h"),
+        (2, "2h"),
+        (3, "3h"),
+        (5, "5h"),
+        (7, "7h"),
+        (11, "11h"),
+        (13, "13h"),
+    ];
+    let now = (std::time::SystemTime::now())
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let clear = |&&(hours, _): &&(u64, &str)| {
+        let per = hours * 3600;
+        per - now % per >= at_least.as_secs()
+    };
+    HOURS.iter().find(clear).map_or("13h", |(_, per)| per)
+}
