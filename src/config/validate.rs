@@ -38,6 +38,7 @@ pub(super) fn validate(raw: RawConfig, source: &str) -> Result<Config, ConfigErr
     );
     if store.redis.is_some() {
         store::check_redis_arithmetic(&limit_rules, &mut problems);
+        store::check_redis_charges(&limit_rules, &mut problems);
     }
     let plans = plans::plans(
         raw.plans.as_ref(),

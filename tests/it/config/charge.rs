@@ -127,3 +127,19 @@ fn a_charge_is_refused_on_an_approximate_limit() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn a_charge_on_a_sliding_log_is_refused_with_redis_and_loads_in_memory() {
+    let redis = "[store]\nbackend = \"redis\"\nurl = \"redis://127.0.0.1:6379\"";
+    let text =
+        config(redis, "charge = { statuses = [401] }").replace("fixed_window", "sliding_log");
+    let error = parse_str(&text, "gw.toml").expect_err("refused with Redis");
+    assert!(
+        error.to_string().contains(
+            "gw.toml: limits[0].charge: a sliding_log limit with a charge needs [store] backend = \"memory\""
+        ),
+        "{error}"
+    );
+    let text = config("", "charge = { statuses = [401] }").replace("fixed_window", "sliding_log");
+    parse_str(&text, "gw.toml").unwrap_or_else(|e| panic!("{e}"));
+}

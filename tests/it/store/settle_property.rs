@@ -13,7 +13,7 @@ use ratelimit_proxy::testing::{Adjustment, Algorithm, Rate, WindowCheck, WindowR
 use support::redis_server::RedisServer;
 
 use super::redis_store::START_US;
-use super::settle::{ALGORITHMS, Pair, pair, store};
+use super::settle::{Pair, pair, store};
 
 /// Limits that divide their periods into whole microseconds (see redis_store.rs).
 const LIMITS: [u64; 6] = [1, 2, 4, 5, 10, 20];
@@ -62,11 +62,21 @@ fn step_strategy() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// The algorithms a charge may settle on Redis: a sliding log's Lua settle was seen to keep
+/// one entry fewer than the Rust rules in some sequences, so the config refuses a charge on
+/// a sliding log with a Redis store until that is found (docs/configuration.md).
+const SETTLED: [Algorithm; 4] = [
+    Algorithm::TokenBucket,
+    Algorithm::Gcra,
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+];
+
 /// One limit of one or two windows, of one algorithm.
 fn windows_strategy() -> impl Strategy<Value = (Algorithm, Vec<(u64, u64)>)> {
     let window = (0..LIMITS.len(), 0..PERIODS_S.len()).prop_map(|(l, p)| (LIMITS[l], PERIODS_S[p]));
-    (0..ALGORITHMS.len(), prop::collection::vec(window, 1..=2))
-        .prop_map(|(a, windows)| (ALGORITHMS[a], windows))
+    (0..SETTLED.len(), prop::collection::vec(window, 1..=2))
+        .prop_map(|(a, windows)| (SETTLED[a], windows))
 }
 
 fn requests(
