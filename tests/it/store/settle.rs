@@ -30,7 +30,16 @@ const SECOND_US: u64 = 1_000_000;
 
 /// A limit of 10 per minute and 100 per hour (START_US is on an hour's edge).
 pub(super) fn windows(identity: u128, algorithm: Algorithm, cost: u64) -> Vec<WindowRequest> {
-    let rates = [(10, 60), (100, 3600)];
+    requests(identity, algorithm, &[(10, 60), (100, 3600)], cost)
+}
+
+/// One limit's windows of `(limit, per in seconds)` for `identity`, each a request of `cost`.
+pub(super) fn requests(
+    identity: u128,
+    algorithm: Algorithm,
+    rates: &[(u64, u64)],
+    cost: u64,
+) -> Vec<WindowRequest> {
     (rates.iter().enumerate())
         .map(|(window, &(limit, per_s))| WindowRequest {
             identity: identity ^ (window as u128 + 1) << 64,

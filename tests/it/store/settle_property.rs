@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
-use ratelimit_proxy::testing::{Adjustment, Algorithm, Rate, WindowCheck, WindowRequest};
+use ratelimit_proxy::testing::{Adjustment, Algorithm, WindowCheck};
 use support::redis_server::RedisServer;
 
 use super::redis_store::START_US;
-use super::settle::{Pair, pair, store};
+use super::settle::{Pair, pair, requests, store};
 
 /// Limits that divide their periods into whole microseconds (see redis_store.rs).
 const LIMITS: [u64; 6] = [1, 2, 4, 5, 10, 20];
@@ -77,31 +77,6 @@ fn windows_strategy() -> impl Strategy<Value = (Algorithm, Vec<(u64, u64)>)> {
     let window = (0..LIMITS.len(), 0..PERIODS_S.len()).prop_map(|(l, p)| (LIMITS[l], PERIODS_S[p]));
     (0..SETTLED.len(), prop::collection::vec(window, 1..=2))
         .prop_map(|(a, windows)| (SETTLED[a], windows))
-}
-
-fn requests(
-    identity: u128,
-    algorithm: Algorithm,
-    rates: &[(u64, u64)],
-    cost: u64,
-) -> Vec<WindowRequest> {
-    (rates.iter().enumerate())
-        .map(|(window, &(limit, per_s))| WindowRequest {
-            identity: identity ^ (window as u128 + 1) << 64,
-            limit_identity: identity,
-            algorithm,
-            rate: Rate {
-                limit,
-                per: Duration::from_secs(per_s),
-                burst: limit,
-            },
-            cost,
-            max_delay: Duration::ZERO,
-            group: 0,
-            window,
-            shadow: false,
-        })
-        .collect()
 }
 
 /// The last reservation: when it was made (µs), its cost and each window's reset.
