@@ -318,3 +318,29 @@ async fn a_bodys_length_can_be_its_usage() {
     );
     assert_eq!(units(&gateway, "refunded").await, 40.0);
 }
+
+#[tokio::test]
+async fn a_failed_login_whose_body_breaks_after_its_head_went_upstream_stays_counted() {
+    // The upstream judges the head at once; the client's body then breaks. Whether the client
+    // gets the upstream's 401 or the gateway's 400, the attempt may have been judged: kept.
+    let upstream = TestUpstream::start(|_| async {
+        let mut response = Response::new(full("wrong password"));
+        *response.status_mut() = StatusCode::UNAUTHORIZED;
+        response
+    })
+    .await;
+    let clock = Arc::new(ratelimit_proxy::testing::ManualClock::new());
+    let limit = "rates = [{ limit = 5, per = \"15m\" }]\ncharge = { statuses = [401] }";
+    let gateway = charged_gateway(&upstream.url(), limit, clock).await;
+    let raw = "POST / HTTP/1.1\r\nhost: api\r\nx-api-key: user\r\ntransfer-encoding: chunked\r\n\
+               connection: close\r\n\r\n5\r\nhello\r\nzz\r\n";
+    for _ in 0..5 {
+        let status = support::recording::raw_status(gateway.addr, raw.as_bytes()).await;
+        assert!(matches!(status, 400 | 401), "{status}");
+    }
+    assert_eq!(
+        support::recording::raw_status(gateway.addr, raw.as_bytes()).await,
+        429
+    );
+    assert_eq!(settles(&gateway, "given_back").await, 0.0);
+}
