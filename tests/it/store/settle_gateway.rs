@@ -138,13 +138,19 @@ async fn parallel_wrong_passwords_across_a_fleet_reach_the_upstream_at_most_limi
 #[tokio::test]
 async fn a_settle_that_cannot_reach_redis_leaves_the_reservation_standing_and_is_counted() {
     let mut server = RedisServer::start();
-    let upstream = TestUpstream::start(|_| async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let mut response = Response::new(full("ok"));
-        response
-            .headers_mut()
-            .insert("x-usage", "0".parse().unwrap());
-        response
+    // The upstream answers once the test says Redis is gone, not after a set time.
+    let redis_gone = std::sync::Arc::new(tokio::sync::Notify::new());
+    let answer_when = redis_gone.clone();
+    let upstream = TestUpstream::start(move |_| {
+        let answer_when = answer_when.clone();
+        async move {
+            answer_when.notified().await;
+            let mut response = Response::new(full("ok"));
+            response
+                .headers_mut()
+                .insert("x-usage", "0".parse().unwrap());
+            response
+        }
     })
     .await;
     let limits = fleet::limit(
@@ -170,6 +176,7 @@ async fn a_settle_that_cannot_reach_redis_leaves_the_reservation_standing_and_is
     });
     assert!(eventually(Duration::from_secs(5), || upstream.hits() == 1).await);
     server.kill();
+    redis_gone.notify_one();
     assert_eq!(answered.await.unwrap(), StatusCode::OK);
     until_settled(&gateway, "store_failed", 1.0).await;
     let units = "rlp_limit_units_total{limit=\"tokens\",kind=\"refunded\"}";
